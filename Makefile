@@ -1,0 +1,40 @@
+# One entry point for newcomers and CI. Every target builds its own virtualenv from pinned requirements.
+PY ?= python3.11
+VENV := .venv
+VENV_CUDA := .venv-cuda
+BIN := $(VENV)/bin
+DATA ?= .hub-data
+
+.PHONY: venv venv-cuda demo test test-fast lint serve
+
+$(VENV)/.stamp: requirements/cpu.txt pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements/cpu.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+venv: $(VENV)/.stamp
+
+# CUDA torch headers + nvcc toolchain helpers, for compiling the stable-ABI extension on a CPU machine.
+$(VENV_CUDA)/.stamp: requirements/cuda-build.txt
+	$(PY) -m venv $(VENV_CUDA)
+	$(VENV_CUDA)/bin/pip install -q --upgrade pip
+	$(VENV_CUDA)/bin/pip install -q -r requirements/cuda-build.txt
+	touch $@
+
+venv-cuda: $(VENV_CUDA)/.stamp
+
+## The main job on the embedded default: local hub (SQLite + files on disk), build, publish, load.
+demo: venv
+	$(BIN)/kernel-hub demo --data $(DATA)
+
+serve: venv
+	$(BIN)/kernel-hub serve --host 127.0.0.1 --port 8080 --data $(DATA)
+
+## The whole CPU test suite (what .ci/run runs).
+test: venv venv-cuda
+	KERNEL_HUB_CUDA_PYTHON=$(CURDIR)/$(VENV_CUDA)/bin/python TRITON_INTERPRET=1 $(BIN)/python -m pytest
+
+test-fast: venv
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -x -q
