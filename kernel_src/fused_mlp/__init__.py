@@ -1,0 +1,98 @@
+"""fused_mlp: fused MLP ops (Triton or CUDA backend) with an eager reference of the same API.
+
+Backend choice (docs/CONTRACTS.md): the `cuda` subpackage when present and available, else `triton`,
+else `reference`. CPU tensors go to `reference`, except under TRITON_INTERPRET=1, where the Triton
+kernels run on them through the interpreter (how CI tests the kernels).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from types import ModuleType
+
+import torch
+
+from . import reference
+from ._build_info import BUILD_ID, OPS_NAMESPACE
+
+__all__ = ["act_and_mul", "gated_mlp", "linear", "mlp"]
+
+_BACKEND_ORDER = ("cuda", "triton")
+
+
+def _load_backend(name: str) -> tuple[ModuleType | None, str]:
+    """Import backend subpackage `name` and return (its ops module, "") or (None, why not)."""
+    try:
+        pkg = importlib.import_module(f".{name}", __name__)
+    except ImportError as exc:
+        return None, f"not importable: {exc}"
+    if not hasattr(pkg, "available"):
+        return None, "incomplete: its package has no available()"
+    ok, why = pkg.available()
+    if not ok:
+        return None, why
+    return importlib.import_module(f".{name}.ops", __name__), ""
+
+
+def _select_backend() -> tuple[str, ModuleType, dict[str, str]]:
+    """First available backend in _BACKEND_ORDER, else reference; plus why each skipped one was skipped."""
+    skipped: dict[str, str] = {}
+    for name in _BACKEND_ORDER:
+        ops, why = _load_backend(name)
+        if ops is not None:
+            return name, ops, skipped
+        skipped[name] = why
+    return "reference", reference, skipped
+
+
+BACKEND, _GPU_OPS, BACKEND_SKIPPED = _select_backend()
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+_CPU_OPS: ModuleType = reference
+if INTERPRET:
+    _interp, _why = _load_backend("triton")
+    if _interp is None:
+        raise ImportError(f"TRITON_INTERPRET=1 but the Triton backend cannot run: {_why}")
+    _CPU_OPS = _interp
+
+
+def _ops_for(t: torch.Tensor) -> ModuleType:
+    """The ops module that runs tensors on t's device."""
+    return _GPU_OPS if t.is_cuda else _CPU_OPS
+
+
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
+) -> torch.Tensor:
+    """act(x @ weight.T + bias) as one GEMM with a fused bias + activation epilogue."""
+    return _ops_for(x).linear(x, weight, bias, activation)
+
+
+def mlp(
+    x: torch.Tensor,
+    weights: Sequence[torch.Tensor],
+    biases: Sequence[torch.Tensor | None] | None = None,
+    activation: str = "relu",
+) -> torch.Tensor:
+    """Chain of fused linears, `activation` after every layer but the last; one host call per forward."""
+    return _ops_for(x).mlp(x, weights, biases, activation)
+
+
+def gated_mlp(
+    x: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+    activation: str = "gelu_tanh",
+) -> torch.Tensor:
+    """down(act(gate(x)) * up(x)); gate and up run as one GEMM whose epilogue writes act(g)*u."""
+    return _ops_for(x).gated_mlp(x, w_gate, w_up, w_down, activation)
+
+
+def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
+    """act(gate) * up, elementwise in one kernel."""
+    return _ops_for(gate).act_and_mul(gate, up, activation)
+
+
+from . import layers  # noqa: E402  (layers calls the ops defined above)

@@ -1,0 +1,84 @@
+"""Pure layers for `kernels.kernelize`: no __init__, no state; forward reads the replaced module's own
+parameters and calls the package's public ops.
+
+FusedMLP fits a module whose nn.Linear children (in registration order) form the chain, with one
+activation module (nn.ReLU, nn.GELU, nn.SiLU) or a string attribute `activation`.
+GatedMLP fits modules with `gate_proj`, `up_proj`, `down_proj` (bias-free nn.Linear) and `act_fn`
+(or a string attribute `activation`), as in Llama/Gemma/Qwen MLP blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import gated_mlp, mlp
+
+# Activation module class name -> our activation name (covers torch.nn and transformers' classes).
+_ACT_BY_CLASS = {
+    "ReLU": "relu",
+    "SiLU": "silu",
+    "SiLUActivation": "silu",
+    "GELUActivation": "gelu",
+    "GELUTanh": "gelu_tanh",
+    "PytorchGELUTanh": "gelu_tanh",
+    "NewGELUActivation": "gelu_tanh",
+    "GELUTanhActivation": "gelu_tanh",
+}
+
+
+def activation_of(module: nn.Module) -> str:
+    """Our activation name for an activation module, or a ValueError naming the class."""
+    if isinstance(module, nn.GELU):
+        return "gelu_tanh" if module.approximate == "tanh" else "gelu"
+    name = type(module).__name__
+    if name not in _ACT_BY_CLASS:
+        raise ValueError(
+            f"activation module {name} is not supported by fused_mlp; use ReLU, GELU, SiLU or set a "
+            "string attribute `activation` on the module"
+        )
+    return _ACT_BY_CLASS[name]
+
+
+def _module_activation(module: nn.Module, default: str) -> str:
+    """The module's `activation` string, else its first known activation child, else `default`."""
+    act = getattr(module, "activation", None)
+    if isinstance(act, str):
+        return act
+    if isinstance(act, nn.Module):
+        return activation_of(act)
+    act_fn = getattr(module, "act_fn", None)
+    if isinstance(act_fn, nn.Module):
+        return activation_of(act_fn)
+    for child in module.modules():
+        if child is not module and not isinstance(child, (nn.Linear, nn.Sequential, nn.ModuleList)):
+            return activation_of(child)
+    return default
+
+
+class FusedMLP(nn.Module):
+    """Linear → act → … → Linear as one fused `mlp` call."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        linears = [m for m in self.modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise ValueError(f"FusedMLP needs nn.Linear children; {type(self).__name__} has none")
+        biases = [m.bias for m in linears]
+        return mlp(
+            x,
+            [m.weight for m in linears],
+            None if all(b is None for b in biases) else biases,
+            _module_activation(self, "relu"),
+        )
+
+
+class GatedMLP(nn.Module):
+    """down_proj(act(gate_proj(x)) * up_proj(x)) as one fused `gated_mlp` call."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        projs = (self.gate_proj, self.up_proj, self.down_proj)
+        if any(p.bias is not None for p in projs):
+            raise ValueError("GatedMLP fuses bias-free projections only; this module's projections have biases")
+        return gated_mlp(
+            x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, _module_activation(self, "gelu_tanh")
+        )
