@@ -1,0 +1,329 @@
+"""Which build variant of a kernel fits an environment: a pure function of variant metadata + `Env`.
+
+`kernels`' own rules decide torch / CUDA / CPU / OS compatibility (we call its parser and checker, so
+our answer never disagrees with the stock client on those); on top we add what `kernels` skips: the
+GPU arch of the device against the variant's `archs` (SASS exact-or-same-major, PTX <= device,
+`a`-suffixed archs exact), the driver's CUDA version, Triton for the noarch `torch-cuda` variant and
+whether an ahead-of-time cubin matches. CPU / universal builds hold only the eager reference, so they
+are "the kernel" only when `backend="cpu"` is asked for explicitly; otherwise they serve as the source
+of the fallback's reference code. Used by the loader, `kernel-hub variants` and the compatibility matrix.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kernels.backends import CPU, CUDA
+from kernels.variants import (
+    ArchVariant,
+    NoarchVariant,
+    Variant,
+    VariantAccepted,
+    _check_variants,
+    _sort_variants,
+    parse_variant,
+)
+from packaging.version import InvalidVersion, Version
+
+NO_CUDA_DEVICE = "no CUDA device"
+
+
+@dataclass(frozen=True)
+class Env:
+    """Everything the decision depends on; `current_env()` reads it from this process."""
+
+    os: str
+    cpu: str
+    python: str
+    torch: str | None
+    cuda: str | None
+    gpu_arch: str | None  # "sm_90" from the device capability; None when no CUDA device
+    triton: str | None
+    cxx11_abi: bool = True
+    driver_cuda: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    variant: str
+    accepted: bool
+    reason: str
+    detail: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    chosen: str | None
+    verdicts: tuple[Verdict, ...]
+    fallback_reason: str | None
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        """Accepted variants, most preferred first (the loader tries them in this order)."""
+        return tuple(v.variant for v in self.verdicts if v.accepted)
+
+
+@dataclass(frozen=True, order=True)
+class Arch:
+    """A CUDA compute capability as named in builds: sm_90 / sm_90a / sm_100f, or 9.0 / 9.0a."""
+
+    major: int
+    minor: int
+    suffix: str = ""  # "a" = arch-specific (runs on exactly this cc), "f" = family-specific
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.major}{self.minor}{self.suffix}"
+
+
+_SM_RE = re.compile(r"sm_(\d+?)(\d)([af]?)")
+_DOTTED_RE = re.compile(r"(\d+)\.(\d+)([af]?)")
+
+
+def parse_arch(text: str) -> Arch:
+    """`sm_90a` or `9.0a` -> Arch(9, 0, "a"); raises ValueError on anything else."""
+    text = text.strip().lower()
+    m = _SM_RE.fullmatch(text) or _DOTTED_RE.fullmatch(text)
+    if not m:
+        raise ValueError(f"GPU arch {text!r} is neither sm_XY[a|f] nor X.Y[a|f]")
+    return Arch(int(m.group(1)), int(m.group(2)), m.group(3))
+
+
+def sass_runs_on(build: Arch, device: Arch) -> bool:
+    """SASS for sm_XY runs on X.Z with Z >= Y (same major); sm_XYa only on exactly X.Y."""
+    if build.suffix == "a":
+        return (build.major, build.minor) == (device.major, device.minor)
+    return build.major == device.major and device.minor >= build.minor
+
+
+def ptx_runs_on(build: Arch, device: Arch) -> bool:
+    """PTX for sm_XY is JIT-compiled by the driver for any cc >= X.Y; arch-specific PTX only for X.Y."""
+    if build.suffix == "a":
+        return (build.major, build.minor) == (device.major, device.minor)
+    return (device.major, device.minor) >= (build.major, build.minor)
+
+
+@dataclass(frozen=True)
+class ArchTarget:
+    """One entry of metadata `archs`: which code the build holds for that arch."""
+
+    arch: Arch
+    sass: bool
+    ptx: bool
+
+
+def arch_targets(metadata: Mapping) -> list[ArchTarget]:
+    """Our `archs` key ([{"arch", "sass", "ptx"}]), else kernels' `backend.archs` (SASS assumed)."""
+    ours = metadata.get("archs")
+    if ours:
+        return [
+            ArchTarget(parse_arch(a["arch"]), bool(a.get("sass", True)), bool(a.get("ptx", False)))
+            for a in ours
+        ]
+    backend = metadata.get("backend") or {}
+    return [ArchTarget(parse_arch(a), True, False) for a in backend.get("archs") or []]
+
+
+def match_arch(targets: list[ArchTarget], device: Arch) -> tuple[str | None, str]:
+    """(name of the code that will run, how): SASS preferred over PTX, the closest arch first."""
+    sass = sorted((t.arch for t in targets if t.sass and sass_runs_on(t.arch, device)), reverse=True)
+    if sass:
+        return sass[0].name, "sass"
+    ptx = sorted((t.arch for t in targets if t.ptx and ptx_runs_on(t.arch, device)), reverse=True)
+    if ptx:
+        return ptx[0].name, "ptx"
+    return None, ""
+
+
+def _describe_targets(targets: list[ArchTarget]) -> str:
+    parts = []
+    for t in targets:
+        kinds = "+".join(k for k, on in (("sass", t.sass), ("ptx", t.ptx)) if on)
+        parts.append(f"{t.arch.name}({kinds})")
+    return ", ".join(parts) or "none"
+
+
+def _is_cuda(v: Variant) -> bool:
+    if isinstance(v, NoarchVariant):
+        return v.arch.backend_name == "cuda"
+    return isinstance(v.arch.backend, CUDA)
+
+
+def _is_cpu_reference(v: Variant) -> bool:
+    """CPU and universal builds: pure-Python copies of the package whose CPU path is the eager reference."""
+    if isinstance(v, NoarchVariant):
+        return v.arch.backend_name in ("cpu", "universal")
+    return isinstance(v.arch.backend, CPU)
+
+
+def _major_minor(text: str | None) -> Version | None:
+    if not text:
+        return None
+    try:
+        v = Version(text.split("+")[0])
+    except InvalidVersion:
+        return None
+    return Version(f"{v.major}.{v.minor}")
+
+
+def _kernels_rules(v: Variant, env: Env, backend: str | None) -> str | None:
+    """Rejection reason from `kernels`' own checks (torch, CUDA minor, CPU, OS, ABI), or None."""
+    if backend == "cpu" or env.cuda is None:
+        selected = CPU()
+    else:
+        selected = CUDA(version=_major_minor(env.cuda))
+    cxx11 = env.cxx11_abi if env.os == "linux" else None
+    decisions = _check_variants([v], selected, env.cpu, env.os, _major_minor(env.torch), cxx11, None, None)
+    if not decisions:  # kernels drops arch variants on free-threaded Python < 3.15 without a decision
+        return "arch kernels are not supported on free-threaded Python < 3.15"
+    decision = decisions[0]
+    return None if isinstance(decision, VariantAccepted) else decision.reason
+
+
+def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, dict]:
+    """Device checks for a CUDA variant on a machine that has a device: (rejection reason or None, detail)."""
+    device = parse_arch(env.gpu_arch)
+    detail: dict = {"device_arch": device.name}
+    if isinstance(v, ArchVariant) and env.driver_cuda:
+        needed, driver = v.arch.backend.version, _major_minor(env.driver_cuda)
+        if driver is not None and needed > driver:
+            return f"built for CUDA {needed}, the driver supports CUDA {driver} only: update the driver", detail
+    try:
+        targets = arch_targets(metadata)
+    except (ValueError, KeyError, TypeError) as e:
+        return f"metadata archs are malformed ({e})", detail
+    detail["archs"] = _describe_targets(targets)
+    if isinstance(v, NoarchVariant):
+        # Triton sources JIT for any device Triton supports; AOT cubins (SASS) skip the JIT when they match.
+        if not env.triton:
+            return "Triton is not installed (pip install triton)", detail
+        cubin_arch, _ = match_arch([t for t in targets if t.sass], device)
+        aot_tritons = list(metadata.get("triton") or [])
+        aot = cubin_arch is not None and env.triton in aot_tritons
+        detail.update(triton=env.triton, aot=aot, aot_arch=cubin_arch if aot else None)
+        if not aot:
+            why = (
+                f"no AOT cubin for {device.name} (have {detail['archs']})"
+                if cubin_arch is None
+                else f"AOT cubins are for Triton {', '.join(aot_tritons) or 'none'}, running {env.triton}"
+            )
+            detail["jit_reason"] = why
+        return None, detail
+    if not targets:
+        return "metadata lists no GPU archs for this CUDA build", detail
+    code_arch, how = match_arch(targets, device)
+    if code_arch is None:
+        return f"no code for {device.name}: built for {detail['archs']}", detail
+    detail.update(code_arch=code_arch, code=how)
+    return None, detail
+
+
+def _verdict(name: str, metadata: Mapping, env: Env, backend: str | None) -> tuple[Verdict, Variant | None]:
+    try:
+        v = parse_variant(name)
+    except ValueError as e:
+        return Verdict(name, False, f"not a variant name kernels understands ({e})"), None
+    if _is_cuda(v) and env.gpu_arch is None:
+        return Verdict(name, False, NO_CUDA_DEVICE), v
+    reason = _kernels_rules(v, env, backend)
+    if reason is not None:
+        return Verdict(name, False, reason), v
+    if _is_cuda(v):
+        reason, detail = _cuda_rules(v, metadata, env)
+        if reason is not None:
+            return Verdict(name, False, reason, detail), v
+        if isinstance(v, NoarchVariant):
+            how = f"AOT cubin {detail['aot_arch']}" if detail["aot"] else "Triton JIT"
+        else:
+            how = f"{detail['code'].upper()} {detail['code_arch']}"
+        return Verdict(name, True, f"fits {detail['device_arch']} ({how})", detail), v
+    if _is_cpu_reference(v) and backend != "cpu":
+        return Verdict(name, False, "CPU build: holds the eager reference (fallback source), not a kernel"), v
+    return Verdict(name, True, "fits (CPU backend requested)" if backend == "cpu" else "fits"), v
+
+
+def resolve_variant(variants: Mapping[str, dict], env: Env, *, backend: str | None = None) -> Resolution:
+    """Decide every variant for `env`; the chosen one is the most preferred accepted one.
+
+    Preference: stable-ABI > torch-versioned arch builds > noarch (`torch-cuda`) > universal (kernels'
+    order). `backend="cpu"` makes CPU builds eligible as the kernel (as in `kernels`); by default they
+    are rejected and, with no CUDA device, the result is the fallback with reason "no CUDA device".
+    """
+    verdicts: dict[str, Verdict] = {}
+    names: dict[Variant, str] = {}
+    for name in sorted(variants):
+        verdict, v = _verdict(name, variants[name] or {}, env, backend)
+        verdicts[name] = verdict
+        if verdict.accepted:
+            names[v] = name
+    order = [names[d.variant] for d in _sort_variants([VariantAccepted(v) for v in names])]
+    ordered = [verdicts[n] for n in order] + [vd for n, vd in verdicts.items() if not vd.accepted]
+    chosen = order[0] if order else None
+    return Resolution(chosen, tuple(ordered), None if chosen else _fallback_reason(ordered, env, backend))
+
+
+def _fallback_reason(verdicts: list[Verdict], env: Env, backend: str | None) -> str:
+    if not verdicts:
+        return "the revision has no build variants"
+    if env.gpu_arch is None and backend != "cpu":
+        return NO_CUDA_DEVICE
+    return "no variant fits this machine: " + "; ".join(f"{v.variant}: {v.reason}" for v in verdicts)
+
+
+def reference_sources(variants: Mapping[str, dict]) -> list[str]:
+    """Variants to take the fallback's reference package from, best first: pure-Python builds, then the rest.
+
+    Every variant ships the same package (incl. `reference.py`); CPU/universal ones import without a GPU
+    toolchain, then `torch-cuda` (Triton sources), then compiled builds.
+    """
+
+    def rank(name: str) -> tuple[int, str]:
+        try:
+            v = parse_variant(name)
+        except ValueError:
+            return 9, name
+        if isinstance(v, NoarchVariant):
+            return {"cpu": 0, "universal": 1, "cuda": 2}.get(v.arch.backend_name, 3), name
+        return 4, name
+
+    return sorted(variants, key=rank)
+
+
+def current_env() -> Env:
+    """The Env of this process: platform, Python, torch, the first CUDA device, Triton, driver."""
+    os_name = platform.system().lower()
+    cpu = platform.machine()
+    cpu = {"arm64": "aarch64", "AMD64": "x86_64"}.get(cpu, cpu)
+    python = ".".join(platform.python_version_tuple()[:2])
+    torch_version = cuda = gpu_arch = driver = None
+    cxx11 = True
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch_version = torch.__version__.split("+")[0]
+        cuda = torch.version.cuda
+        cxx11 = bool(torch.compiled_with_cxx11_abi())
+        if cuda is not None and torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            gpu_arch = f"sm_{major}{minor}"
+            driver = _driver_cuda_version(torch)
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = None
+    return Env(os_name, cpu, python, torch_version, cuda, gpu_arch, triton, cxx11, driver)
+
+
+def _driver_cuda_version(torch) -> str | None:
+    """CUDA version the installed driver supports (e.g. "13.0"), or None when it cannot be read."""
+    try:
+        raw = int(torch._C._cuda_getDriverVersion())
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+    return f"{raw // 1000}.{(raw % 1000) // 10}" if raw > 0 else None
