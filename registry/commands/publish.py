@@ -1,0 +1,41 @@
+"""`kernel-hub publish REPO DIST --version N`: upload a built dist and move vN to it atomically."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "publish",
+        help="publish a built dist as version N of a kernel repo",
+        description="Sign, upload to a temporary branch, then move vN there in one compare-and-swap. "
+        "Refuses a changed public API on an existing vN (publish it as vN+1).",
+    )
+    p.add_argument("repo", help="kernel repo id, e.g. org/fused-mlp")
+    p.add_argument("dist", type=Path, help="dist directory written by `kernel-hub build`")
+    p.add_argument("--version", type=int, required=True, help="N: publishes branch vN")
+    p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
+    p.add_argument("--token", help="write token (default: $HF_TOKEN or the saved token)")
+    p.add_argument("--key", type=Path,
+                   help="ed25519 publisher key (default: $KERNEL_HUB_KEY or ~/.config/kernel-hub/keys/<ns>.pem)")
+    p.add_argument("--private", action="store_true", help="create the repo as private if it does not exist")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from registry.publish import PublishError, publish
+
+    try:
+        publish(
+            args.repo, args.dist, args.version, endpoint=args.endpoint, token=args.token,
+            key_path=args.key, private=args.private,
+        )
+    except (PublishError, HfHubHTTPError) as e:
+        print(f"kernel-hub publish: {e}", file=sys.stderr)
+        return 1
+    return 0
