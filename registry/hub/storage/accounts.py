@@ -1,0 +1,128 @@
+"""Who may do what: tokens (stored as sha256 hashes), orgs with members and the trusted flag,
+publisher keys, and the server's signing secret for LFS upload URLs.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import HubError
+from . import db
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller behind a token: a user and the namespaces it may write to."""
+
+    user: str
+    write_namespaces: frozenset[str] = field(default_factory=frozenset)
+
+    def can_write(self, namespace: str) -> bool:
+        return namespace == self.user or namespace in self.write_namespaces
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Accounts:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    # --- tokens ----------------------------------------------------------------------------------
+    def create_token(self, user: str, write: list[str]) -> str:
+        """A new token for `user`; only its hash is stored, so it is shown once."""
+        token = "hf_" + secrets.token_urlsafe(30).replace("-", "a").replace("_", "b")
+        with db.write_tx(self.engine) as c:
+            c.execute(
+                insert(db.tokens).values(
+                    hash=token_hash(token), user=user, write_namespaces=json.dumps(sorted(set(write))),
+                    created_at=time.time(),
+                )
+            )
+        return token
+
+    def principal(self, token: str) -> Principal | None:
+        """The principal of a token (user + explicit namespaces + orgs it belongs to), or None."""
+        with db.read_tx(self.engine) as c:
+            row = c.execute(select(db.tokens).where(db.tokens.c.hash == token_hash(token))).first()
+            if not row:
+                return None
+            orgs = c.execute(select(db.org_members.c.org).where(db.org_members.c.user == row.user)).scalars().all()
+        return Principal(row.user, frozenset(json.loads(row.write_namespaces)) | frozenset(orgs))
+
+    def user_orgs(self, user: str) -> list[str]:
+        with db.read_tx(self.engine) as c:
+            return list(c.execute(select(db.org_members.c.org).where(db.org_members.c.user == user)).scalars())
+
+    # --- orgs ------------------------------------------------------------------------------------
+    def create_org(self, name: str, trusted: bool, members: list[str]) -> None:
+        """Create the org, or update its trusted flag and add members if it exists (idempotent)."""
+        with db.write_tx(self.engine) as c:
+            exists = c.execute(select(db.orgs.c.name).where(db.orgs.c.name == name)).scalar()
+            if exists:
+                c.execute(update(db.orgs).where(db.orgs.c.name == name).values(trusted=trusted))
+            else:
+                c.execute(insert(db.orgs).values(name=name, trusted=trusted, created_at=time.time()))
+            have = set(c.execute(select(db.org_members.c.user).where(db.org_members.c.org == name)).scalars())
+            for m in sorted(set(members) - have):
+                c.execute(insert(db.org_members).values(org=name, user=m))
+
+    def org(self, name: str) -> dict | None:
+        with db.read_tx(self.engine) as c:
+            row = c.execute(select(db.orgs).where(db.orgs.c.name == name)).first()
+            if not row:
+                return None
+            members = c.execute(select(db.org_members.c.user).where(db.org_members.c.org == name)).scalars().all()
+        return {"name": row.name, "trusted": bool(row.trusted), "members": sorted(members)}
+
+    # --- publisher keys ----------------------------------------------------------------------------
+    def add_key(self, namespace: str, public_key_b64: str) -> str:
+        """Register an ed25519 public key (base64 of the raw 32 bytes); returns its id."""
+        try:
+            raw = base64.b64decode(public_key_b64, validate=True)
+        except (ValueError, TypeError):
+            raw = b""
+        if len(raw) != 32:
+            raise HubError(
+                "BadRequest",
+                "public_key must be the base64 of a raw 32-byte ed25519 public key "
+                f"(got {len(raw)} bytes after decoding)",
+            )
+        key_id = hashlib.sha256(raw).hexdigest()[:16]
+        try:
+            with db.write_tx(self.engine) as c:
+                c.execute(
+                    insert(db.keys).values(
+                        namespace=namespace, key_id=key_id, public_key=base64.b64encode(raw).decode(),
+                        created_at=time.time(),
+                    )
+                )
+        except IntegrityError:
+            pass  # the same key registered again: nothing to change
+        return key_id
+
+    def keys(self, namespace: str) -> list[dict]:
+        with db.read_tx(self.engine) as c:
+            rows = c.execute(
+                select(db.keys).where(db.keys.c.namespace == namespace).order_by(db.keys.c.created_at)
+            ).all()
+        return [{"id": r.key_id, "public_key": r.public_key} for r in rows]
+
+    # --- server secret -------------------------------------------------------------------------------
+    def secret(self) -> bytes:
+        """The HMAC key for signed LFS upload URLs, shared by every process on this database."""
+        with db.write_tx(self.engine) as c:
+            value = c.execute(select(db.settings.c.value).where(db.settings.c.key == "lfs_secret")).scalar()
+            if value is None:
+                value = secrets.token_hex(32)
+                c.execute(insert(db.settings).values(key="lfs_secret", value=value))
+        return bytes.fromhex(value)

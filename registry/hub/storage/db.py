@@ -1,0 +1,170 @@
+"""Metadata schema and engine: SQLAlchemy Core tables, SQLite (WAL) by default.
+
+Only portable Core constructs are used so a PostgreSQL URL can replace the SQLite file. The SQLite
+tweaks (WAL, busy timeout, `BEGIN IMMEDIATE` for write transactions) live in `connect`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+
+metadata = MetaData()
+
+repos = Table(
+    "repos",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("type", String(16), nullable=False),
+    Column("namespace", String(96), nullable=False),
+    Column("name", String(96), nullable=False),
+    Column("private", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("type", "namespace", "name"),
+    sqlite_autoincrement=True,  # never reuse the id of a deleted repo (manifest caches key on it)
+)
+
+commits = Table(
+    "commits",
+    metadata,
+    Column("repo_id", Integer, ForeignKey("repos.id"), primary_key=True),
+    Column("id", String(40), primary_key=True),
+    Column("parent", String(40)),
+    Column("title", Text, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("author", String(96), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+# The full manifest of every commit: one row per file (commits are immutable).
+files = Table(
+    "files",
+    metadata,
+    Column("repo_id", Integer, primary_key=True),
+    Column("commit_id", String(40), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("sha256", String(64), nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("oid", String(64), nullable=False),  # git blob sha1 (regular) or sha256 (LFS): the ETag
+    Column("lfs", Boolean, nullable=False),
+)
+
+refs = Table(
+    "refs",
+    metadata,
+    Column("repo_id", Integer, ForeignKey("repos.id"), primary_key=True),
+    Column("kind", String(8), primary_key=True),  # "branch" | "tag"
+    Column("name", String(200), primary_key=True),
+    Column("commit_id", String(40), nullable=False),
+)
+
+# LFS objects a repo may reference (uploaded to it through the batch API, or already committed).
+lfs_objects = Table(
+    "lfs_objects",
+    metadata,
+    Column("repo_id", Integer, primary_key=True),
+    Column("oid", String(64), primary_key=True),
+    Column("size", Integer, nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("hash", String(64), primary_key=True),  # sha256 of the token; the token itself is never stored
+    Column("user", String(96), nullable=False),
+    Column("write_namespaces", Text, nullable=False),  # JSON list
+    Column("created_at", Float, nullable=False),
+)
+
+orgs = Table(
+    "orgs",
+    metadata,
+    Column("name", String(96), primary_key=True),
+    Column("trusted", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+org_members = Table(
+    "org_members",
+    metadata,
+    Column("org", String(96), primary_key=True),
+    Column("user", String(96), primary_key=True),
+)
+
+keys = Table(
+    "keys",
+    metadata,
+    Column("namespace", String(96), primary_key=True),
+    Column("key_id", String(16), primary_key=True),
+    Column("public_key", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+settings = Table(
+    "settings",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+def connect(url_or_dir: str | Path) -> Engine:
+    """An engine for a database URL, or for `<dir>/hub.sqlite3` when given a data directory."""
+    url = str(url_or_dir)
+    if "://" not in url:
+        Path(url).mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{Path(url).resolve() / 'hub.sqlite3'}"
+    engine = create_engine(url)
+    if engine.dialect.name == "sqlite":
+        _tune_sqlite(engine)
+    metadata.create_all(engine)
+    return engine
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # SQLAlchemy's begin event below emits BEGIN itself
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA busy_timeout=15000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        # Write transactions take the write lock up front, so they wait (busy_timeout) instead of
+        # failing with SQLITE_BUSY when another writer (e.g. the admin CLI) is active.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+
+@contextmanager
+def write_tx(engine: Engine):
+    """One write transaction (committed on success, rolled back on any exception)."""
+    with engine.connect() as conn:
+        conn.execution_options(write=True)
+        with conn.begin():
+            yield conn
+
+
+@contextmanager
+def read_tx(engine: Engine):
+    with engine.connect() as conn:
+        with conn.begin():
+            yield conn

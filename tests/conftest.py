@@ -1,0 +1,136 @@
+"""Shared fixtures. `hub`: a real `kernel-hub serve` process on 127.0.0.1 (session scope);
+`hub_env`: points the stock clients at it with a fresh cache (docs/CONTRACTS.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HubProcess:
+    """A `kernel-hub serve` subprocess on a free port, with admin helpers on its data dir."""
+
+    def __init__(self, data_dir: Path, *extra_args: str):
+        self.data_dir = Path(data_dir)
+        self.extra_args = list(extra_args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-{self.port}.log"
+
+    def start(self) -> HubProcess:
+        cmd = [sys.executable, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--data", str(self.data_dir), *self.extra_args]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kernel-hub serve exited with {self.proc.returncode}: {self.log()}")
+            try:
+                urllib.request.urlopen(self.url + "/api/agent-harnesses", timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"kernel-hub serve did not answer on {self.url} within 30 s: {self.log()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> HubProcess:
+        self.stop()
+        return self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+
+    def _admin(self, *args: str) -> str:
+        from registry.cli import main
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            rc = main([*args, "--data", str(self.data_dir)])
+        assert rc == 0, f"kernel-hub {' '.join(args)} failed with {rc}"
+        return out.getvalue().strip()
+
+    def token(self, user: str, write: list[str] | tuple[str, ...] = ()) -> str:
+        """A new token for `user` (writes its own namespace, plus `write`)."""
+        return self._admin("token", "create", "--user", user, *(["--write", *write] if write else []))
+
+    def org(self, name: str, trusted: bool = False, members: tuple[str, ...] | list[str] = ()) -> None:
+        args = ["org", "create", name, *(["--trusted"] if trusted else [])]
+        for m in members:
+            args += ["--member", m]
+        self._admin(*args)
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory):
+    """A real hub on 127.0.0.1 for the whole session (pages of 100 entries, so pagination is exercised)."""
+    proc = HubProcess(tmp_path_factory.mktemp("hub") / "data", "--page-size", "100").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def hub_env(monkeypatch, hub, tmp_path):
+    """Point huggingface_hub and kernels at `hub` with a fresh cache; xet and telemetry left at defaults.
+
+    huggingface_hub reads its environment once at import, so its constants are patched too.
+    Telemetry stays on: HF_HUB_DISABLE_TELEMETRY=1 breaks kernels 0.17.2 (hub-protocol.md §9.1).
+    """
+    home = tmp_path / "hf-home"
+    values = {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "KERNELS_CACHE": str(tmp_path / "kernels-cache"),
+    }
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    for k in ("HF_HUB_DISABLE_TELEMETRY", "DISABLE_TELEMETRY", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    from huggingface_hub import constants
+
+    patches = {
+        "ENDPOINT": hub.url,
+        "HUGGINGFACE_CO_URL_TEMPLATE": hub.url + "/{repo_id}/resolve/{revision}/{filename}",
+        "HF_URL_HOSTS": constants.HF_URL_HOSTS | {"127.0.0.1"},
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+        "HF_HUB_DISABLE_TELEMETRY": False,
+        "HF_HUB_OFFLINE": False,
+        "HF_HUB_DISABLE_XET": False,
+    }
+    for k, v in patches.items():
+        monkeypatch.setattr(constants, k, v, raising=False)
+    return values
