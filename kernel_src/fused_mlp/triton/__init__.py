@@ -1,0 +1,26 @@
+"""Triton backend of fused_mlp: GEMMs with fused epilogues, the gated GEMM, elementwise act_and_mul.
+
+`ops` is the backend module the package selects (docs/CONTRACTS.md); `aot` loads shipped cubins.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def available() -> tuple[bool, str]:
+    """(True, "") when Triton can run here: a CUDA device of sm_80+, or TRITON_INTERPRET=1."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return False, f"triton is not installed ({exc}); pip install triton"
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return True, ""
+    if not torch.cuda.is_available():
+        return False, "no CUDA device (set TRITON_INTERPRET=1 to run the kernels on the CPU interpreter)"
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        return False, f"GPU compute capability {major}.{minor} is below 8.0, which these kernels need"
+    return True, ""

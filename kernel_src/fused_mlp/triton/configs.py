@@ -1,0 +1,98 @@
+"""Tile configs per GPU arch, kept beside the kernels; chosen by measurement, no runtime autotuning.
+
+Tables map a row count bound (M <= bound; None = any) to a config; the first matching row wins.
+sm_90a rows were measured on an H200 with `bench/bench_mlp.py --tune` (see bench/RESULTS.md); other archs
+use the conservative Ampere-style rows until measured there. "interpreter" keeps the CPU interpreter fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    BM: int
+    BN: int
+    BK: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class ElementwiseConfig:
+    BLOCK: int
+    num_warps: int
+
+
+Table = tuple[tuple[int | None, GemmConfig], ...]
+
+LINEAR: dict[str, Table] = {
+    "sm_90a": (
+        (16, GemmConfig(16, 32, 256, 8, 4, 4)),
+        (64, GemmConfig(64, 64, 128, 8, 4, 4)),
+        (1024, GemmConfig(64, 128, 64, 8, 4, 4)),
+        (None, GemmConfig(128, 256, 64, 8, 8, 3)),
+    ),
+    "default": (
+        (16, GemmConfig(16, 32, 128, 8, 4, 4)),
+        (64, GemmConfig(64, 64, 64, 8, 4, 4)),
+        (1024, GemmConfig(64, 128, 32, 8, 4, 4)),
+        (None, GemmConfig(128, 128, 32, 8, 4, 3)),
+    ),
+    "interpreter": ((None, GemmConfig(32, 32, 32, 4, 4, 1)),),
+}
+
+GATE_UP: dict[str, Table] = {
+    "sm_90a": (
+        (16, GemmConfig(16, 32, 256, 8, 4, 4)),
+        (1024, GemmConfig(64, 128, 64, 8, 4, 4)),
+        (None, GemmConfig(128, 128, 64, 8, 8, 3)),
+    ),
+    "default": (
+        (16, GemmConfig(16, 32, 128, 8, 4, 4)),
+        (1024, GemmConfig(64, 64, 32, 8, 4, 4)),
+        (None, GemmConfig(128, 64, 32, 8, 4, 3)),
+    ),
+    "interpreter": ((None, GemmConfig(32, 32, 32, 4, 4, 1)),),
+}
+
+ELEMENTWISE: dict[str, ElementwiseConfig] = {
+    "sm_90a": ElementwiseConfig(BLOCK=2048, num_warps=8),
+    "default": ElementwiseConfig(BLOCK=1024, num_warps=4),
+    "interpreter": ElementwiseConfig(BLOCK=1024, num_warps=4),
+}
+
+# Archs that get AOT cubins (build/matrix.toml) and the Triton target each compiles for.
+AOT_ARCHS = {"sm_80": 80, "sm_89": 89, "sm_90a": 90, "sm_100a": 100, "sm_120": 120}
+
+
+def arch_of(capability: tuple[int, int] | None) -> str:
+    """Our arch name for a device capability (None = the CPU interpreter)."""
+    if capability is None:
+        return "interpreter"
+    major, minor = capability
+    suffix = "a" if (major, minor) in ((9, 0), (10, 0)) else ""
+    return f"sm_{major}{minor}{suffix}"
+
+
+def _table_for(tables: dict, arch: str):
+    return tables.get(arch, tables["default"])
+
+
+def gemm_config(tables: dict[str, Table], arch: str, rows: int) -> GemmConfig:
+    """The config of the first row whose bound admits `rows`."""
+    for bound, cfg in _table_for(tables, arch):
+        if bound is None or rows <= bound:
+            return cfg
+    raise ValueError(f"config table for {arch} has no catch-all row (bound None)")
+
+
+def elementwise_config(arch: str) -> ElementwiseConfig:
+    return _table_for(ELEMENTWISE, arch)
+
+
+def all_gemm_configs(tables: dict[str, Table], arch: str) -> list[GemmConfig]:
+    """Every distinct config the table can pick for `arch` (what AOT compiles)."""
+    return list(dict.fromkeys(cfg for _, cfg in _table_for(tables, arch)))

@@ -1,0 +1,210 @@
+"""The Triton ops as torch custom ops (namespace `OPS_NAMESPACE`, names prefixed `triton_`), with fake
+kernels and autograd, so torch.compile(fullgraph=True) sees one opaque op per call and differentiates it.
+
+Backward recomputes what it needs (pre-activations, the gated intermediate) with the same ops instead
+of saving it in forward: forward stays one fused pass, and backward is traceable by AOTAutograd.
+Gradients are matmuls plus the fused elementwise backward kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .._build_info import OPS_NAMESPACE
+from ..reference import apply_activation
+from . import forward
+
+
+def _custom_op(name: str):
+    """torch.library.custom_op under our namespace; reuses the op if this namespace already has it
+    (the same package imported twice under the dev namespace)."""
+
+    def wrap(fn):
+        try:
+            return torch.library.custom_op(f"{OPS_NAMESPACE}::{name}", mutates_args=())(fn)
+        except RuntimeError:
+            return getattr(getattr(torch.ops, OPS_NAMESPACE), name)
+
+    return wrap
+
+
+def _registered(op) -> bool:
+    """True for ops created here (they take fake/autograd registrations); False for reused OpOverloadPackets."""
+    return hasattr(op, "register_fake")
+
+
+# ---- forward ops -------------------------------------------------------------------------------------
+
+
+@_custom_op("triton_linear")
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
+    return forward.linear(x, weight, bias, activation)
+
+
+@_custom_op("triton_mlp")
+def mlp(x: Tensor, weights: list[Tensor], biases: list[Optional[Tensor]], activation: str) -> Tensor:
+    forward.check_mlp(x, weights, biases)
+    x2 = forward.rows(x)
+    out = torch.empty((x2.shape[0], weights[-1].shape[0]), device=x.device, dtype=x.dtype)
+    forward.mlp_rows(x2, weights, biases, activation, out)
+    return out.view(*x.shape[:-1], weights[-1].shape[0])
+
+
+@_custom_op("triton_gated_mlp")
+def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, activation: str) -> Tensor:
+    forward.check_gated(x, w_gate, w_up, w_down)
+    x2 = forward.rows(x)
+    out = torch.empty((x2.shape[0], w_down.shape[0]), device=x.device, dtype=x.dtype)
+    forward.gated_rows(x2, w_gate, w_up, w_down, activation, out)
+    return out.view(*x.shape[:-1], w_down.shape[0])
+
+
+@_custom_op("triton_act_and_mul")
+def act_and_mul(gate: Tensor, up: Tensor, activation: str) -> Tensor:
+    return forward.act_and_mul(gate, up, activation)
+
+
+@_custom_op("triton_act_and_mul_backward")
+def act_and_mul_backward(grad: Tensor, gate: Tensor, up: Tensor, activation: str) -> tuple[Tensor, Tensor]:
+    return forward.act_and_mul_backward(grad, gate, up, activation)
+
+
+@_custom_op("triton_activation_backward")
+def activation_backward(grad: Tensor, pre: Tensor, activation: str) -> Tensor:
+    return forward.activation_backward(grad, pre, activation)
+
+
+# ---- fake kernels (shapes only) ----------------------------------------------------------------------
+
+
+def _fake_linear(x, weight, bias, activation):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _fake_mlp(x, weights, biases, activation):
+    return x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
+
+
+def _fake_gated_mlp(x, w_gate, w_up, w_down, activation):
+    return x.new_empty((*x.shape[:-1], w_down.shape[0]))
+
+
+def _fake_act_and_mul(gate, up, activation):
+    return torch.empty_like(gate)
+
+
+def _fake_act_and_mul_backward(grad, gate, up, activation):
+    return torch.empty_like(gate), torch.empty_like(up)
+
+
+def _fake_activation_backward(grad, pre, activation):
+    return torch.empty_like(grad)
+
+
+# ---- autograd ----------------------------------------------------------------------------------------
+
+
+def _flat(t: Tensor) -> Tensor:
+    return t.reshape(-1, t.shape[-1])
+
+
+def _weight_grads(x: Tensor, dz: Tensor, has_bias: bool) -> tuple[Tensor, Optional[Tensor]]:
+    """(dW, db) of z = x @ W.T + b for upstream dz."""
+    dz2 = _flat(dz)
+    return dz2.t() @ _flat(x), (dz2.sum(0) if has_bias else None)
+
+
+def _pre_activation_grad(grad, x, weight, bias, out, activation: str) -> Tensor:
+    """d loss / d (x @ W.T + b): relu reads its output, the others recompute the pre-activation."""
+    if activation == "none":
+        return grad
+    pre = out if activation == "relu" else linear(x, weight, bias, "none")
+    return activation_backward(grad, pre, activation)
+
+
+def _setup_linear(ctx, inputs, output):
+    x, weight, bias, activation = inputs
+    ctx.activation = activation
+    ctx.save_for_backward(x, weight, bias, output if activation == "relu" else None)
+
+
+def _backward_linear(ctx, grad):
+    x, weight, bias, out = ctx.saved_tensors
+    dz = _pre_activation_grad(grad, x, weight, bias, out, ctx.activation)
+    dw, db = _weight_grads(x, dz, bias is not None)
+    dx = dz @ weight if ctx.needs_input_grad[0] else None
+    return dx, dw, db, None
+
+
+def _setup_mlp(ctx, inputs, output):
+    x, weights, biases, activation = inputs
+    ctx.activation = activation
+    ctx.n = len(weights)
+    ctx.has_bias = [b is not None for b in biases]
+    ctx.save_for_backward(x, *weights, *[b for b in biases if b is not None])
+
+
+def _backward_mlp(ctx, grad):
+    x, *rest = ctx.saved_tensors
+    weights, present = rest[: ctx.n], iter(rest[ctx.n :])
+    biases = [next(present) if has else None for has in ctx.has_bias]
+    last = ctx.n - 1
+    inputs, pres, h = [], [], x
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        inputs.append(h)
+        if i < last:
+            pres.append(linear(h, w, b, "none"))
+            h = apply_activation(pres[-1], ctx.activation)
+    dweights, dbiases = [None] * ctx.n, [None] * ctx.n
+    g = grad
+    for i in range(last, -1, -1):
+        dz = g if i == last else activation_backward(g, pres[i], ctx.activation)
+        dweights[i], dbiases[i] = _weight_grads(inputs[i], dz, biases[i] is not None)
+        g = dz @ weights[i]
+    return g, dweights, dbiases, None
+
+
+def _setup_gated(ctx, inputs, output):
+    x, w_gate, w_up, w_down, activation = inputs
+    ctx.activation = activation
+    ctx.save_for_backward(x, w_gate, w_up, w_down)
+
+
+def _backward_gated(ctx, grad):
+    x, w_gate, w_up, w_down = ctx.saved_tensors
+    gate = linear(x, w_gate, None, "none")
+    up = linear(x, w_up, None, "none")
+    h = act_and_mul(gate, up, ctx.activation)
+    dw_down, _ = _weight_grads(h, grad, False)
+    dgate, dup = act_and_mul_backward(grad @ w_down, gate, up, ctx.activation)
+    dw_gate, _ = _weight_grads(x, dgate, False)
+    dw_up, _ = _weight_grads(x, dup, False)
+    return dgate @ w_gate + dup @ w_up, dw_gate, dw_up, dw_down, None
+
+
+def _setup_act_and_mul(ctx, inputs, output):
+    gate, up, activation = inputs
+    ctx.activation = activation
+    ctx.save_for_backward(gate, up)
+
+
+def _backward_act_and_mul(ctx, grad):
+    gate, up = ctx.saved_tensors
+    dgate, dup = act_and_mul_backward(grad, gate, up, ctx.activation)
+    return dgate, dup, None
+
+
+if _registered(linear):
+    linear.register_fake(_fake_linear)
+    mlp.register_fake(_fake_mlp)
+    gated_mlp.register_fake(_fake_gated_mlp)
+    act_and_mul.register_fake(_fake_act_and_mul)
+    act_and_mul_backward.register_fake(_fake_act_and_mul_backward)
+    activation_backward.register_fake(_fake_activation_backward)
+    linear.register_autograd(_backward_linear, setup_context=_setup_linear)
+    mlp.register_autograd(_backward_mlp, setup_context=_setup_mlp)
+    gated_mlp.register_autograd(_backward_gated, setup_context=_setup_gated)
+    act_and_mul.register_autograd(_backward_act_and_mul, setup_context=_setup_act_and_mul)

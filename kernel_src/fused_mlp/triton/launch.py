@@ -1,0 +1,36 @@
+"""One launch path for every kernel: an AOT cubin when one was shipped for this spec, else Triton's JIT."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import aot
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A Triton kernel plus its parameter list: runtime params as (name, kind), then constexpr names.
+
+    kind is "ptr" (tensor in the op's dtype), "i32", or "i32:16" (AOT cubins assume a multiple of 16;
+    a launch whose value is not one uses the JIT).
+    """
+
+    fn: Any
+    params: tuple[tuple[str, str], ...]
+    constexprs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__ if hasattr(self.fn, "__name__") else self.fn.fn.__name__
+
+
+def launch(
+    kdef: KernelDef, grid: tuple[int, ...], args: tuple, consts: tuple, num_warps: int, num_stages: int
+) -> None:
+    """Run `kdef` on `grid` with runtime `args` and constexpr values `consts` (both in declared order)."""
+    compiled = aot.find(kdef, args, consts, num_warps, num_stages)
+    if compiled is not None:
+        compiled[grid](*args, *consts)
+        return
+    kdef.fn[grid](*args, **dict(zip(kdef.constexprs, consts)), num_warps=num_warps, num_stages=num_stages)

@@ -1,0 +1,79 @@
+"""Linear op kernels: GEMM with fused bias + activation epilogue, and the activation backward.
+
+out[M, N] = act(x[M, K] @ w[N, K]^T + b[N]); rows of x, w and out are unit-stride.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .activations import activate, activate_grad
+from .launch import KernelDef
+from .tiles import mma, tile_ids
+
+
+@triton.jit
+def linear_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr,
+    M, N, K, stride_xm, stride_wn, stride_om,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    pid_m, pid_n = tile_ids(M, N, BM, BN, GROUP_M)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    # Wrapped row/col indices keep loads in bounds without masks; the store masks the tail.
+    rm = offs_m % M
+    rn = offs_n % N
+    x_ptrs = x_ptr + rm[:, None] * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + rn[None, :] * stride_wn + offs_k[:, None]
+
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        if EVEN_K:
+            a = tl.load(x_ptrs)
+            b = tl.load(w_ptrs)
+        else:
+            k_left = K - k * BK
+            a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = mma(a, b, acc, UPCAST, PRECISION)
+        x_ptrs += BK
+        w_ptrs += BK
+
+    # Epilogue: bias, activation, cast, store.
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn).to(tl.float32)[None, :]
+    acc = activate(acc, ACT)
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+LINEAR = KernelDef(
+    fn=linear_kernel,
+    params=(
+        ("x_ptr", "ptr"), ("w_ptr", "ptr"), ("b_ptr", "ptr"), ("out_ptr", "ptr"),
+        ("M", "i32"), ("N", "i32:16"), ("K", "i32:16"),
+        ("stride_xm", "i32:16"), ("stride_wn", "i32:16"), ("stride_om", "i32:16"),
+    ),
+    constexprs=("HAS_BIAS", "ACT", "EVEN_K", "UPCAST", "PRECISION", "BM", "BN", "BK", "GROUP_M"),
+)  # fmt: skip
+
+
+@triton.jit
+def activation_backward_kernel(dy_ptr, z_ptr, dz_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    """dz = dy * act'(z), elementwise over n contiguous elements."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dz_ptr + offs, (dy * activate_grad(z, ACT)).to(dz_ptr.dtype.element_ty), mask=mask)
+
+
+ACTIVATION_BACKWARD = KernelDef(
+    fn=activation_backward_kernel,
+    params=(("dy_ptr", "ptr"), ("z_ptr", "ptr"), ("dz_ptr", "ptr"), ("n", "i32")),
+    constexprs=("ACT", "BLOCK"),
+)
