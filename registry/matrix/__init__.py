@@ -1,0 +1,29 @@
+"""Compatibility matrix: which variant of a kernel version each promised environment gets, and proof.
+
+Pure parts (`config`, `cells`, `records`, `render`, `plan`) turn build/matrix.toml + variant metadata +
+recorded checks into tables; `store` reads/writes the hub and `probe` runs a real check on this machine.
+The hub's kernel page embeds `render_html(matrix_from_files(...))`.
+"""
+
+from .cells import Cell, Matrix, build_matrix
+from .config import MatrixConfig, MatrixEnv, load_config, parse_config
+from .files import matrix_from_files
+from .records import COMPAT_BRANCH, CheckRecord
+from .render import render_html, render_html_page, render_json, render_markdown
+
+__all__ = [
+    "COMPAT_BRANCH",
+    "Cell",
+    "CheckRecord",
+    "Matrix",
+    "MatrixConfig",
+    "MatrixEnv",
+    "build_matrix",
+    "load_config",
+    "matrix_from_files",
+    "parse_config",
+    "render_html",
+    "render_html_page",
+    "render_json",
+    "render_markdown",
+]

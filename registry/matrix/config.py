@@ -1,0 +1,112 @@
+"""The environments `build/matrix.toml` promises to serve: parsed once, expanded into `MatrixEnv`s.
+
+Pure: `parse_config` takes the parsed TOML mapping; only `load_config` reads a file. The axes of
+`[environments]` (gpu_arch, torch, cuda, python, cpu, os) form a cartesian product, minus every
+`[[environments.exclude]]` entry whose listed axes all match (each entry says why).
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.resolve import Env
+
+AXES = ("gpu_arch", "torch", "cuda", "python", "cpu", "os")
+UNKNOWN_TRITON = "unknown"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "build" / "matrix.toml"
+
+
+class MatrixConfigError(ValueError):
+    """build/matrix.toml is missing an axis or has a malformed entry; the message names it."""
+
+
+@dataclass(frozen=True, order=True)
+class MatrixEnv:
+    """One promised environment: the axes of `[environments]` (major.minor versions)."""
+
+    gpu_arch: str
+    torch: str
+    cuda: str
+    python: str
+    cpu: str
+    os: str
+
+    def to_env(self, triton: str) -> Env:
+        """The loader's `Env` for this environment (driver assumed new enough for `cuda`)."""
+        return Env(self.os, self.cpu, self.python, self.torch, self.cuda, self.gpu_arch, triton)
+
+
+@dataclass(frozen=True)
+class Exclude:
+    """Environments left out of the promise: every listed axis must match one of its values."""
+
+    match: Mapping[str, tuple[str, ...]]
+    reason: str
+
+    def covers(self, env: MatrixEnv) -> bool:
+        return all(getattr(env, axis) in values for axis, values in self.match.items())
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    axes: Mapping[str, tuple[str, ...]]
+    excludes: tuple[Exclude, ...]
+    triton_for_torch: Mapping[str, str]
+    variants: Mapping[str, Mapping]
+
+    def triton_for(self, torch: str) -> str:
+        """Triton version the torch minor pins, or "unknown" (then only JIT, never an AOT cubin, fits)."""
+        return self.triton_for_torch.get(torch, UNKNOWN_TRITON)
+
+    def environments(self) -> list[MatrixEnv]:
+        """Every promised environment, sorted: the product of the axes minus the excludes."""
+        envs = (MatrixEnv(*combo) for combo in itertools.product(*(self.axes[a] for a in AXES)))
+        return sorted(e for e in envs if not any(x.covers(e) for x in self.excludes))
+
+    def excluded_by(self, env: MatrixEnv) -> str | None:
+        """Reason of the first exclude that covers `env`, None when `env` is promised."""
+        return next((x.reason for x in self.excludes if x.covers(env)), None)
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise MatrixConfigError(f"build/matrix.toml: {where} must be a non-empty list of strings, got {value!r}")
+    return tuple(value)
+
+
+def parse_config(data: Mapping) -> MatrixConfig:
+    """MatrixConfig from the parsed TOML of build/matrix.toml; raises MatrixConfigError naming the bad key."""
+    envs = data.get("environments")
+    if not isinstance(envs, Mapping):
+        raise MatrixConfigError("build/matrix.toml has no [environments] table; add one with the axes " + ", ".join(AXES))
+    missing = [a for a in AXES if a not in envs]
+    if missing:
+        raise MatrixConfigError(f"build/matrix.toml: [environments] lacks {', '.join(missing)}; every axis needs a list")
+    axes = {a: _strings(envs[a], f"[environments].{a}") for a in AXES}
+    excludes = []
+    for i, entry in enumerate(envs.get("exclude", [])):
+        where = f"[[environments.exclude]] #{i + 1}"
+        reason = entry.get("reason")
+        if not isinstance(reason, str) or not reason:
+            raise MatrixConfigError(f"build/matrix.toml: {where} needs a `reason` saying why it is not served")
+        unknown = set(entry) - set(AXES) - {"reason"}
+        if unknown:
+            raise MatrixConfigError(f"build/matrix.toml: {where} has unknown keys {sorted(unknown)}; use {AXES}")
+        match = {a: _strings(v, f"{where}.{a}") for a, v in entry.items() if a != "reason"}
+        excludes.append(Exclude(match, reason))
+    triton = dict(envs.get("triton_for_torch", {}))
+    return MatrixConfig(axes, tuple(excludes), triton, dict(data.get("variants", {})))
+
+
+def load_config(path: Path | None = None) -> MatrixConfig:
+    """Read and parse build/matrix.toml (the repository's, unless `path` names another)."""
+    path = path or DEFAULT_CONFIG
+    try:
+        with open(path, "rb") as f:
+            return parse_config(tomllib.load(f))
+    except FileNotFoundError:
+        raise MatrixConfigError(f"matrix file {path} does not exist; pass --matrix PATH to build/matrix.toml") from None

@@ -1,0 +1,90 @@
+"""Hub I/O for the matrix: a version's commit and variant metadata, and check records on `compat`.
+
+Speaks only the Hugging Face Hub API through `huggingface_hub`, so it works against our hub and the
+real Hub alike. Everything that decides lives in the pure modules; this file only moves bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from huggingface_hub import CommitOperationAdd, HfApi, RepoFolder
+from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
+
+from .records import COMPAT_BRANCH, CheckRecord, RecordError, commit_dir, parse_record, record_path
+
+REPO_TYPE = "kernel"
+
+
+class MatrixSourceError(RuntimeError):
+    """The hub does not have what the matrix needs (version, variants); the message says what to do."""
+
+
+def version_commit(api: HfApi, repo: str, version: int) -> str:
+    """Head commit of branch `v<version>`; raises MatrixSourceError listing the versions that exist."""
+    refs = api.list_repo_refs(repo, repo_type=REPO_TYPE)
+    branches = {b.name: b.target_commit for b in refs.branches}
+    name = f"v{version}"
+    if name not in branches:
+        have = sorted((b for b in branches if b[1:].isdigit() and b.startswith("v")), key=lambda b: int(b[1:]))
+        raise MatrixSourceError(f"{repo} has no version {version} (branch {name}); versions: {', '.join(have) or 'none'}")
+    return branches[name]
+
+
+def versions(api: HfApi, repo: str) -> dict[int, str]:
+    """Every version branch `vN` -> its head commit."""
+    refs = api.list_repo_refs(repo, repo_type=REPO_TYPE)
+    return {int(b.name[1:]): b.target_commit for b in refs.branches if b.name[:1] == "v" and b.name[1:].isdigit()}
+
+
+def _read_json(api: HfApi, repo: str, path: str, revision: str, cache_dir: Path | None) -> dict:
+    local = api.hf_hub_download(repo, path, repo_type=REPO_TYPE, revision=revision, cache_dir=cache_dir)
+    return json.loads(Path(local).read_text())
+
+
+def variant_metadata(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> dict[str, dict]:
+    """name -> metadata.json of every variant under `build/` at `commit` (only metadata is downloaded)."""
+    try:
+        entries = api.list_repo_tree(repo, path_in_repo="build", revision=commit, repo_type=REPO_TYPE)
+    except EntryNotFoundError:
+        raise MatrixSourceError(f"{repo}@{commit[:12]} has no build/ folder: publish variants with `kernel-hub publish`") from None
+    names = sorted(e.path.split("/", 1)[1] for e in entries if isinstance(e, RepoFolder))
+    return {n: _read_json(api, repo, f"build/{n}/metadata.json", commit, cache_dir) for n in names}
+
+
+def check_records(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> list[CheckRecord]:
+    """Every check recorded on the `compat` branch for `commit`; none when the branch or folder is absent."""
+    try:
+        entries = api.list_repo_tree(repo, path_in_repo=commit_dir(commit), revision=COMPAT_BRANCH, repo_type=REPO_TYPE)
+        paths = sorted(e.path for e in entries if e.path.endswith(".json"))
+    except (EntryNotFoundError, RevisionNotFoundError):
+        return []
+    records = []
+    for path in paths:
+        try:
+            records.append(parse_record(_read_json(api, repo, path, COMPAT_BRANCH, cache_dir)))
+        except RecordError as e:
+            raise RecordError(f"{repo}@{COMPAT_BRANCH}:{path}: {e}") from None
+    return records
+
+
+def write_record(api: HfApi, repo: str, record: CheckRecord) -> str:
+    """Commit the record as `checks/<commit>/<fingerprint>.json` on `compat` (created from `main` if missing).
+
+    Returns the commit URL. Runners of different machines write different files, so their commits
+    never conflict; a re-run on the same machine replaces its own file.
+    """
+    branches = {b.name for b in api.list_repo_refs(repo, repo_type=REPO_TYPE).branches}
+    if COMPAT_BRANCH not in branches:
+        api.create_branch(repo, branch=COMPAT_BRANCH, repo_type=REPO_TYPE, exist_ok=True)
+    body = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    info = api.create_commit(
+        repo,
+        operations=[CommitOperationAdd(record_path(record.commit, record.fingerprint), body)],
+        commit_message=f"compat: v{record.version} {record.commit[:12]} on {record.fingerprint}: "
+        + ("pass" if record.passed else "FAIL"),
+        revision=COMPAT_BRANCH,
+        repo_type=REPO_TYPE,
+    )
+    return info.commit_url
