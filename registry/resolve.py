@@ -117,15 +117,21 @@ class ArchTarget:
 
 
 def arch_targets(metadata: Mapping) -> list[ArchTarget]:
-    """Our `archs` key ([{"arch", "sass", "ptx"}]), else kernels' `backend.archs` (SASS assumed)."""
-    ours = metadata.get("archs")
-    if ours:
-        return [
-            ArchTarget(parse_arch(a["arch"]), bool(a.get("sass", True)), bool(a.get("ptx", False)))
-            for a in ours
-        ]
-    backend = metadata.get("backend") or {}
-    return [ArchTarget(parse_arch(a), True, False) for a in backend.get("archs") or []]
+    """Our `archs` key ([{"arch", "sass", "ptx"}]) merged with kernels' `backend.archs` ("9.0a", "8.0+PTX")."""
+    merged: dict[Arch, tuple[bool, bool]] = {}
+
+    def add(arch: Arch, sass: bool, ptx: bool) -> None:
+        old_sass, old_ptx = merged.get(arch, (False, False))
+        merged[arch] = (old_sass or sass, old_ptx or ptx)
+
+    for entry in metadata.get("archs") or []:
+        add(parse_arch(entry["arch"]), bool(entry.get("sass", True)), bool(entry.get("ptx", False)))
+    for text in (metadata.get("backend") or {}).get("archs") or []:
+        name, plus, tail = text.partition("+")
+        if plus and tail.upper() != "PTX":
+            raise ValueError(f"backend arch {text!r}: only a '+PTX' suffix is understood")
+        add(parse_arch(name), True, bool(plus))
+    return [ArchTarget(arch, sass, ptx) for arch, (sass, ptx) in sorted(merged.items())]
 
 
 def match_arch(targets: list[ArchTarget], device: Arch) -> tuple[str | None, str]:
@@ -201,10 +207,16 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
         # Triton sources JIT for any device Triton supports; AOT cubins (SASS) skip the JIT when they match.
         if not env.triton:
             return "Triton is not installed (pip install triton)", detail
-        cubin_arch, _ = match_arch([t for t in targets if t.sass], device)
+        # AOT cubins are the SASS entries of our `archs` key (kernels' backend.archs only states the JIT range).
+        cubins = [ArchTarget(parse_arch(a["arch"]), True, False) for a in metadata.get("archs") or [] if a.get("sass", True)]
+        cubin_arch, _ = match_arch(cubins, device)
         aot_tritons = list(metadata.get("triton") or [])
         aot = cubin_arch is not None and env.triton in aot_tritons
         detail.update(triton=env.triton, aot=aot, aot_arch=cubin_arch if aot else None)
+        # "+PTX" entries of a Triton build state where its JIT works (e.g. 8.0+PTX: bf16 tl.dot needs Ampere).
+        jit_floor = [t.arch for t in targets if t.ptx]
+        if not aot and jit_floor and not any(ptx_runs_on(a, device) for a in jit_floor):
+            return f"no AOT cubin for {device.name} and the Triton JIT needs {min(jit_floor).name} or newer", detail
         if not aot:
             why = (
                 f"no AOT cubin for {device.name} (have {detail['archs']})"

@@ -31,9 +31,10 @@ def archs(*entries: str) -> list[dict]:
 
 # What the builder publishes per build/matrix.toml.
 SHIPPED_ARCHS = archs("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120+ptx")
+CUBIN_ARCHS = archs("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120")
 SHIPPED = {
     STABLE: {"backend": {"type": "cuda"}, "archs": SHIPPED_ARCHS},
-    "torch-cuda": {"backend": {"type": "cuda"}, "archs": SHIPPED_ARCHS, "triton": ["3.6.0"]},
+    "torch-cuda": {"backend": {"type": "cuda", "archs": ["8.0+PTX"]}, "archs": CUBIN_ARCHS, "triton": ["3.6.0"]},
     "torch-cpu": {"backend": {"type": "cpu"}},
     "torch-universal": {"backend": {"type": "cpu"}},
 }
@@ -125,6 +126,14 @@ def test_triton_variant_reports_aot_cubin_or_jit():
     assert jit.reason == "fits sm_90 (Triton JIT)"
     none = resolve_variant({"torch-cuda": SHIPPED["torch-cuda"]}, env("sm_90", triton=None))
     assert none.chosen is None and "Triton is not installed" in none.fallback_reason
+
+
+def test_triton_jit_floor_from_ptx_marks():
+    res = resolve_variant(SHIPPED, env("sm_103"))
+    assert res.chosen == "torch-cuda" and res.verdicts[0].reason == "fits sm_103 (Triton JIT)"
+    old = resolve_variant(SHIPPED, env("sm_75"))
+    assert old.chosen is None
+    assert verdict(old, "torch-cuda").reason == "no AOT cubin for sm_75 and the Triton JIT needs sm_80 or newer"
 
 
 def test_kernels_rules_still_apply_torch_and_cuda_versions():
