@@ -19,9 +19,9 @@ from .records import CheckRecord
 
 FALLBACK = "fallback: torch.compile"
 
-# Cell status, worst first (the order a summary reports them in).
-FAILED, FALLBACK_STATUS, STATIC, VERIFIED = "failed", "fallback", "static", "verified"
-STATUS_ORDER = (FAILED, FALLBACK_STATUS, STATIC, VERIFIED)
+# Cell status, most notable first: a merged table cell shows the first that any of its environments has.
+FAILED, FALLBACK_STATUS, VERIFIED, STATIC = "failed", "fallback", "verified", "static"
+STATUS_ORDER = (FAILED, FALLBACK_STATUS, VERIFIED, STATIC)
 
 
 @dataclass(frozen=True)

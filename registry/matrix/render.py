@@ -45,7 +45,7 @@ def _check_note(c: CheckRecord) -> str:
 
 
 def _cell_text(cells: Sequence[Cell]) -> tuple[str, str, list[str]]:
-    """(text, worst status, check notes) for the cells of one table position (Python versions)."""
+    """(text, most notable status, check notes) for the cells of one table position (Python versions)."""
     by_label: dict[str, list[str]] = {}
     for c in cells:
         by_label.setdefault(c.label, []).append(c.env.python)
@@ -53,9 +53,9 @@ def _cell_text(cells: Sequence[Cell]) -> tuple[str, str, list[str]]:
         text = next(iter(by_label))
     else:
         text = "; ".join(f"py{'/'.join(pys)}: {label}" for label, pys in by_label.items())
-    worst = min((c.status for c in cells), key=STATUS_ORDER.index)
+    notable = min((c.status for c in cells), key=STATUS_ORDER.index)
     notes = [f"py{c.env.python}: {_check_note(r)}" for c in cells for r in c.checks]
-    return text, worst, notes
+    return text, notable, notes
 
 
 @dataclass(frozen=True)
