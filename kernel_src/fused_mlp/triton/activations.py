@@ -11,10 +11,10 @@ import triton.language as tl
 # Kernel constexpr code per public activation name.
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
-_SQRT1_2 = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
-_TANH_K = 0.7978845608028654  # sqrt(2/pi)
-_TANH_C = 0.044715
+_SQRT1_2 = tl.constexpr(0.7071067811865476)
+_INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+_TANH_K = tl.constexpr(0.7978845608028654)  # sqrt(2/pi)
+_TANH_C = tl.constexpr(0.044715)
 
 
 @triton.jit

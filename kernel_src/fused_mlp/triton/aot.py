@@ -116,11 +116,13 @@ def compile_all(
     triton_version: str | None = None,
     *,
     dtypes: Iterable[str] = DEFAULT_DTYPES,
+    kernels: Iterable[str] | None = None,
     jobs: int | None = None,
 ) -> list[Path]:
     """Compile every shipped spec for `arch` into out_dir/<triton version>/<arch>/; returns the files.
 
-    out_dir is the variant's `fused_mlp/triton/cubins`. Needs no GPU. Raises when `triton_version` is
+    out_dir is the variant's `fused_mlp/triton/cubins`; `kernels` limits it to those kernel names
+    (default: all); `jobs` worker processes (default: all cores). Needs no GPU. Raises when `triton_version` is
     given and differs from the installed Triton (a cubin is only valid for the Triton that built it).
     """
     if arch not in AOT_ARCHS:
@@ -134,7 +136,9 @@ def compile_all(
         raise RuntimeError("compile_all cannot run with TRITON_INTERPRET=1 (kernels are interpreted); unset it")
     folder = Path(out_dir) / triton.__version__ / arch
     folder.mkdir(parents=True, exist_ok=True)
-    work = [(spec, arch, str(folder)) for spec in shipped_specs(arch, dtypes)]
+    wanted = None if kernels is None else set(kernels)
+    specs = [s for s in shipped_specs(arch, dtypes) if wanted is None or s.kernel in wanted]
+    work = [(spec, arch, str(folder)) for spec in specs]
     jobs = jobs or os.cpu_count() or 1
     if jobs == 1:
         written = [_compile_to(w) for w in work]

@@ -44,12 +44,26 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str) -
     return forward.linear(x, weight, bias, activation)
 
 
+def split_biases(biases: list[Optional[Tensor]]) -> tuple[list[Tensor], list[int]]:
+    """(present biases, their layer indices): the op schema cannot carry gradients for Tensor?[] lists."""
+    return [b for b in biases if b is not None], [i for i, b in enumerate(biases) if b is not None]
+
+
+def _join_biases(n: int, present: list[Tensor], layers: list[int]) -> list[Optional[Tensor]]:
+    biases: list[Optional[Tensor]] = [None] * n
+    for i, b in zip(layers, present):
+        biases[i] = b
+    return biases
+
+
 @_custom_op("triton_mlp")
-def mlp(x: Tensor, weights: list[Tensor], biases: list[Optional[Tensor]], activation: str) -> Tensor:
-    forward.check_mlp(x, weights, biases)
+def mlp(x: Tensor, weights: list[Tensor], biases: list[Tensor], bias_layers: list[int], activation: str) -> Tensor:
+    """The layer chain; `biases` holds the present biases, `bias_layers` the layers they belong to."""
+    all_biases = _join_biases(len(weights), biases, bias_layers)
+    forward.check_mlp(x, weights, all_biases)
     x2 = forward.rows(x)
     out = torch.empty((x2.shape[0], weights[-1].shape[0]), device=x.device, dtype=x.dtype)
-    forward.mlp_rows(x2, weights, biases, activation, out)
+    forward.mlp_rows(x2, weights, all_biases, activation, out)
     return out.view(*x.shape[:-1], weights[-1].shape[0])
 
 
@@ -84,7 +98,7 @@ def _fake_linear(x, weight, bias, activation):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _fake_mlp(x, weights, biases, activation):
+def _fake_mlp(x, weights, biases, bias_layers, activation):
     return x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
 
 
@@ -140,17 +154,17 @@ def _backward_linear(ctx, grad):
 
 
 def _setup_mlp(ctx, inputs, output):
-    x, weights, biases, activation = inputs
+    x, weights, biases, bias_layers, activation = inputs
     ctx.activation = activation
     ctx.n = len(weights)
-    ctx.has_bias = [b is not None for b in biases]
-    ctx.save_for_backward(x, *weights, *[b for b in biases if b is not None])
+    ctx.bias_layers = list(bias_layers)
+    ctx.save_for_backward(x, *weights, *biases)
 
 
 def _backward_mlp(ctx, grad):
     x, *rest = ctx.saved_tensors
-    weights, present = rest[: ctx.n], iter(rest[ctx.n :])
-    biases = [next(present) if has else None for has in ctx.has_bias]
+    weights = rest[: ctx.n]
+    biases = _join_biases(ctx.n, list(rest[ctx.n :]), ctx.bias_layers)
     last = ctx.n - 1
     inputs, pres, h = [], [], x
     for i, (w, b) in enumerate(zip(weights, biases)):
@@ -164,7 +178,7 @@ def _backward_mlp(ctx, grad):
         dz = g if i == last else activation_backward(g, pres[i], ctx.activation)
         dweights[i], dbiases[i] = _weight_grads(inputs[i], dz, biases[i] is not None)
         g = dz @ weights[i]
-    return g, dweights, dbiases, None
+    return g, dweights, [dbiases[i] for i in ctx.bias_layers], None, None
 
 
 def _setup_gated(ctx, inputs, output):

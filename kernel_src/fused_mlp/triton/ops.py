@@ -44,7 +44,7 @@ def mlp(
     biases = normalize_biases(weights, biases)
     check_activation(activation)
     if _needs_op(x, *weights, *biases):
-        return custom_ops.mlp(x, weights, biases, activation)
+        return custom_ops.mlp(x, weights, *custom_ops.split_biases(biases), activation)
     x2 = forward.rows(x)
     out = torch.empty((x2.shape[0], weights[-1].shape[0]) if weights else (0,), device=x.device, dtype=x.dtype)
     if x.is_cuda and graphs.usable(x2):
