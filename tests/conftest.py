@@ -99,29 +99,28 @@ def hub(tmp_path_factory):
     proc.stop()
 
 
-@pytest.fixture
-def hub_env(monkeypatch, hub, tmp_path):
-    """Point huggingface_hub and kernels at `hub` with a fresh cache; xet and telemetry left at defaults.
+def point_clients_at(mp: pytest.MonkeyPatch, url: str, workdir: Path) -> dict[str, str]:
+    """Point huggingface_hub and kernels at `url` with a fresh cache under `workdir` (through `mp`).
 
     huggingface_hub reads its environment once at import, so its constants are patched too.
     Telemetry stays on: HF_HUB_DISABLE_TELEMETRY=1 breaks kernels 0.17.2 (hub-protocol.md §9.1).
     """
-    home = tmp_path / "hf-home"
+    home = workdir / "hf-home"
     values = {
-        "HF_ENDPOINT": hub.url,
+        "HF_ENDPOINT": url,
         "HF_HOME": str(home),
         "HF_HUB_CACHE": str(home / "hub"),
-        "KERNELS_CACHE": str(tmp_path / "kernels-cache"),
+        "KERNELS_CACHE": str(workdir / "kernels-cache"),
     }
     for k, v in values.items():
-        monkeypatch.setenv(k, v)
+        mp.setenv(k, v)
     for k in ("HF_HUB_DISABLE_TELEMETRY", "DISABLE_TELEMETRY", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_TOKEN"):
-        monkeypatch.delenv(k, raising=False)
+        mp.delenv(k, raising=False)
     from huggingface_hub import constants
 
     patches = {
-        "ENDPOINT": hub.url,
-        "HUGGINGFACE_CO_URL_TEMPLATE": hub.url + "/{repo_id}/resolve/{revision}/{filename}",
+        "ENDPOINT": url,
+        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
         "HF_URL_HOSTS": constants.HF_URL_HOSTS | {"127.0.0.1"},
         "HF_HOME": str(home),
         "HF_HUB_CACHE": str(home / "hub"),
@@ -132,5 +131,11 @@ def hub_env(monkeypatch, hub, tmp_path):
         "HF_HUB_DISABLE_XET": False,
     }
     for k, v in patches.items():
-        monkeypatch.setattr(constants, k, v, raising=False)
+        mp.setattr(constants, k, v, raising=False)
     return values
+
+
+@pytest.fixture
+def hub_env(monkeypatch, hub, tmp_path):
+    """Stock clients pointed at `hub` with a fresh cache; xet and telemetry at their defaults."""
+    return point_clients_at(monkeypatch, hub.url, tmp_path)
