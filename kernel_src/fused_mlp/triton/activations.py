@@ -19,7 +19,9 @@ _TANH_C = tl.constexpr(0.044715)
 
 @triton.jit
 def _tanh(x):
-    return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+    e = tl.exp(-2.0 * tl.abs(x))  # in (0, 1]: never overflows
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0.0, -t, t)
 
 
 @triton.jit
