@@ -51,7 +51,9 @@ def create_app(data_dir: Path, public_url: str | None = None, config: HubConfig 
             if route is None:
                 kind = "MethodNotAllowed" if path_matched else "NotFound"
                 raise HubError(kind, f"no {request.method} endpoint at {request.url.path} on this hub")
-            return await route.handler(Call(hub, request, params))
+            call = Call(hub, request, params)
+            call.authenticate()
+            return await route.handler(call)
         except HubError as e:
             return error_response(e)
         except Exception:

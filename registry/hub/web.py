@@ -60,9 +60,8 @@ class Call:
         return f"{self.base_url()}/{prefix}{repo.repo_id}"
 
     # --- auth ------------------------------------------------------------------------------------
-    @property
-    def principal(self) -> Principal | None:
-        """The token's principal; None for anonymous calls; 401 for an unknown token."""
+    def authenticate(self) -> Principal | None:
+        """The token's principal; None for anonymous calls; 401 for an unknown token (as on the Hub)."""
         if self._principal is False:
             auth = self.request.headers.get("authorization", "")
             token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
@@ -73,6 +72,10 @@ class Call:
                     "create one with `kernel-hub token create`"
                 )
         return self._principal
+
+    @property
+    def principal(self) -> Principal | None:
+        return self.authenticate()
 
     def require_user(self) -> Principal:
         if self.principal is None:
