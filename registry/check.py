@@ -1,0 +1,238 @@
+"""The eager check: every public op of a loaded kernel against the package's `reference` in float64.
+
+Fresh random inputs each run (odd sizes, leading batch dims, never zeros), each dtype the device
+supports, forward and backward. The error measure is ||out - ref|| / ||ref|| against the float64
+reference; the tolerance per dtype is the larger of a floor (what a correct kernel in that dtype may
+differ by: rounding, TF32 inputs to fp32 dots) and 4x the error of the eager reference run in that dtype
+itself. NaN never passes. Passes are cached per (commit, variant, device, torch) in a JSON file, so a
+second process does not re-run them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import types
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+# A correct kernel stays below these; a wrong epilogue, bias or scale lands orders of magnitude above.
+FLOOR = {torch.float32: 5e-3, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+EAGER_FACTOR = 4.0
+CHECK_MODES = ("once", "always")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    op: str
+    case: str
+    dtype: str
+    direction: str  # "forward" or "backward" (max over all input gradients)
+    error: float
+    tolerance: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    cases: tuple[CaseResult, ...]
+    unchecked: tuple[str, ...]  # public names the check has no inputs for (e.g. classes)
+    device: str
+    seconds: float
+    cached: bool = False
+
+    def summary(self) -> str:
+        """One line: pass/fail, how many comparisons, the worst one."""
+        if not self.cases:
+            return "no op was checked"
+        worst = max(self.cases, key=lambda c: c.error / c.tolerance if c.error == c.error else math.inf)
+        verdict = "passed" if self.passed else "FAILED"
+        failed = [c for c in self.cases if not c.passed]
+        where = failed[0] if failed else worst
+        return (
+            f"{verdict}: {len(self.cases) - len(failed)}/{len(self.cases)} comparisons within tolerance on "
+            f"{self.device}{' (cached)' if self.cached else ''}; "
+            f"{'first failure' if failed else 'worst'}: {where.op}[{where.case}] {where.dtype} {where.direction} "
+            f"error {where.error:.2e} (tolerance {where.tolerance:.2e})"
+        )
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "summary": self.summary()}
+
+
+def _randn(shape, gen: torch.Generator, device: str, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float64, device=device) * scale
+
+
+def make_cases(gen: torch.Generator, device: str) -> list[tuple[str, str, tuple, dict]]:
+    """(op, case name, float64 args, kwargs): odd sizes, leading batch dims, every activation once.
+
+    relu sits on a single linear: through a chain, rounding flips a few relu masks and the weight
+    gradients of earlier layers then differ by percents even for eager PyTorch, which would blunt
+    the tolerance; smooth activations keep the chained cases sharp.
+    """
+    k, n, inter = 96, 80, 112
+
+    def w(o, i):  # ~unit-variance outputs
+        return _randn((o, i), gen, device, i**-0.5)
+
+    return [
+        ("linear", "3x37x96 bias relu", (_randn((3, 37, k), gen, device), w(n, k), _randn(n, gen, device)), {"activation": "relu"}),
+        ("linear", "37x96 no-bias none", (_randn((37, k), gen, device), w(n, k), None), {"activation": "none"}),
+        (
+            "mlp",
+            "2x19x96 3 layers gelu",
+            (_randn((2, 19, k), gen, device), [w(n, k), w(48, n), w(24, 48)], [_randn(s, gen, device) for s in (n, 48, 24)]),
+            {"activation": "gelu"},
+        ),
+        ("gated_mlp", "2x19x96 silu", (_randn((2, 19, k), gen, device), w(inter, k), w(inter, k), w(72, inter)), {"activation": "silu"}),
+        ("act_and_mul", "3x37x80 gelu_tanh", (_randn((3, 37, n), gen, device), _randn((3, 37, n), gen, device)), {"activation": "gelu_tanh"}),
+    ]
+
+
+def _cast(arg, dtype: torch.dtype, grad: bool):
+    if isinstance(arg, torch.Tensor):
+        return arg.detach().to(dtype).requires_grad_(grad)
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_cast(a, dtype, grad) for a in arg)
+    return arg
+
+
+def _leaves(arg) -> list[torch.Tensor]:
+    if isinstance(arg, torch.Tensor):
+        return [arg]
+    if isinstance(arg, (list, tuple)):
+        return [t for a in arg for t in _leaves(a)]
+    return []
+
+
+def _rel_error(out: torch.Tensor | None, ref: torch.Tensor | None) -> float:
+    if out is None or ref is None:
+        return math.inf if (out is None) != (ref is None) else 0.0
+    if out.shape != ref.shape:
+        return math.inf
+    diff = torch.linalg.vector_norm(out.detach().double() - ref)
+    return float(diff / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+
+
+def _run(fn: Callable, args: tuple, kwargs: dict, dtype: torch.dtype, grad_out: torch.Tensor):
+    """Forward in `dtype` plus gradients of <out, grad_out> w.r.t. every tensor input (as float64)."""
+    cast = tuple(_cast(a, dtype, True) for a in args)
+    out = fn(*cast, **kwargs)
+    leaves = [t for a in cast for t in _leaves(a)]
+    grads = torch.autograd.grad(out, leaves, grad_out.to(dtype), allow_unused=True)
+    return out.detach().double(), [None if gr is None else gr.double() for gr in grads]
+
+
+def compare(op: str, fn: Callable, ref_fn: Callable, case: str, args, kwargs, dtype, gen, device) -> list[CaseResult]:
+    """Forward and backward errors of `fn` in `dtype` against `ref_fn` in float64."""
+    with torch.no_grad():
+        shape = ref_fn(*args, **kwargs).shape
+    g = _randn(shape, gen, device)
+    ref_out, ref_grads = _run(ref_fn, args, kwargs, torch.float64, g)
+    eager_out, eager_grads = _run(ref_fn, args, kwargs, dtype, g)
+    out, grads = _run(fn, args, kwargs, dtype, g)
+    floor = FLOOR[dtype]
+    name = str(dtype).removeprefix("torch.")
+    results = []
+    fwd_err = _rel_error(out, ref_out)
+    fwd_tol = max(floor, EAGER_FACTOR * _rel_error(eager_out, ref_out))
+    results.append(CaseResult(op, case, name, "forward", fwd_err, fwd_tol, fwd_err <= fwd_tol))
+    bwd = [(_rel_error(a, r), _rel_error(e, r)) for a, e, r in zip(grads, eager_grads, ref_grads)]
+    bwd_err = max((a for a, _ in bwd), default=0.0)
+    bwd_tol = max(floor, EAGER_FACTOR * max((e for _, e in bwd), default=0.0))
+    results.append(CaseResult(op, case, name, "backward", bwd_err, bwd_tol, bwd_err <= bwd_tol))
+    return results
+
+
+def check_dtypes(device: str) -> list[torch.dtype]:
+    """Every dtype the device runs natively: fp32/fp16 (+bf16 where supported) on CUDA; fp32/fp16 on CPU."""
+    if device == "cuda":
+        return [torch.float32, torch.float16] + ([torch.bfloat16] if torch.cuda.is_bf16_supported() else [])
+    return [torch.float32, torch.float16]
+
+
+def run_check(module: types.ModuleType, reference: types.ModuleType, api: list[str], device: str) -> CheckResult:
+    """Compare every op of `api` that has generated inputs, in every dtype of `device`, on fresh inputs."""
+    start = time.perf_counter()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    cases = [c for c in make_cases(gen, device) if c[0] in api]
+    checked = {c[0] for c in cases}
+    results: list[CaseResult] = []
+    for dtype in check_dtypes(device):
+        for op, case, args, kwargs in cases:
+            try:
+                results += compare(op, getattr(module, op), getattr(reference, op), case, args, kwargs, dtype, gen, device)
+            except Exception as e:  # a crashing kernel fails the check; the reason names the op and error
+                raise CheckCrashed(f"{op}[{case}] {dtype}: {type(e).__name__}: {e}") from e
+    passed = bool(results) and all(r.passed for r in results)
+    return CheckResult(
+        passed, tuple(results), tuple(n for n in api if n not in checked), device_label(device), time.perf_counter() - start
+    )
+
+
+class CheckCrashed(RuntimeError):
+    """An op raised while being checked."""
+
+
+def device_label(device: str) -> str:
+    """The GPU name and arch, or "cpu": part of the cache key (a pass on one GPU says nothing of another)."""
+    if device == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        return f"{torch.cuda.get_device_name()} sm_{major}{minor}"
+    return "cpu"
+
+
+def cache_key(commit: str, variant: str, device: str) -> str:
+    return f"{commit}|{variant}|{device_label(device)}|torch {torch.__version__}"
+
+
+class CheckCache:
+    """Passed checks in `<cache>/kernel-hub/checks.json`, replaced atomically on every write."""
+
+    def __init__(self, cache_dir: Path):
+        self.path = Path(cache_dir) / "kernel-hub" / "checks.json"
+
+    def _read(self) -> dict:
+        try:
+            return json.loads(self.path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def get(self, key: str) -> CheckResult | None:
+        entry = self._read().get(key)
+        if not entry:
+            return None
+        cases = tuple(CaseResult(**c) for c in entry["cases"])
+        return CheckResult(entry["passed"], cases, tuple(entry["unchecked"]), entry["device"], entry["seconds"], True)
+
+    def put(self, key: str, result: CheckResult) -> None:
+        data = self._read()
+        data[key] = {k: v for k, v in result.to_dict().items() if k not in ("summary", "cached")}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checks-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, self.path)
+
+
+def checked(module, reference, api, *, device: str, key: str, mode: str | None, cache: CheckCache) -> CheckResult | None:
+    """Run (or reuse) the check per `mode`: "once" reuses a cached pass, "always" re-runs, None skips."""
+    if mode is None:
+        return None
+    if mode not in CHECK_MODES:
+        raise ValueError(f"check={mode!r} is not one of {CHECK_MODES} or None")
+    if mode == "once" and (hit := cache.get(key)) is not None and hit.passed:
+        return hit
+    result = run_check(module, reference, api, device)
+    if result.passed:
+        cache.put(key, result)
+    return result
