@@ -40,8 +40,8 @@ class HubProcess:
         cmd = [sys.executable, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--data", str(self.data_dir), *self.extra_args]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -45,7 +45,7 @@ def extra_sections(repo_id: str, version: int, commit: str, manifest: Manifest,
             repo=repo_id, version=version, commit=commit, paths=list(manifest), read=read, compat=compat
         )
         html_out = matrix.render_html(m)
-    except Exception as e:  # a page must render even when the matrix cannot: say why instead
+    except Exception as e:  # noqa: BLE001 - a page must render even when the matrix cannot: say why
         return [f"<p>Compatibility matrix unavailable: {html.escape(str(e))}</p>"]
     notes = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
     return [html_out + (f"<ul>{notes}</ul>" if notes else "")]

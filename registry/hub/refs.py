@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from . import validate
 from .errors import HubError
-from .web import Call, ok
 from .routing import route
+from .web import Call, ok
 
 
 def _ref_json(kind: str, name: str, commit_id: str) -> dict:

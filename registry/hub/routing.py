@@ -7,8 +7,8 @@ segments: a literal, `{name}` (one segment) or `{name:path}` (the rest, joined b
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 from urllib.parse import unquote
 
 

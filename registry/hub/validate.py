@@ -63,13 +63,12 @@ def ref_name(value: str, kind: str = "branch") -> str:
     bad = (
         not isinstance(value, str)
         or not _REF.match(value)
-        or value.startswith(("/", "-", "."))
+        or value.startswith(("/", "-", ".", "refs/"))
         or value.endswith(("/", ".", ".lock"))
         or "//" in value
         or ".." in value
         or "/." in value
         or HEX40.match(value) is not None
-        or value.startswith("refs/")
     )
     if bad:
         raise HubError(

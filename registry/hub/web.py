@@ -5,8 +5,8 @@ auth, bounded body reads, absolute URLs) and JSON/error responses.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response

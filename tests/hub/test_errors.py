@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import (
@@ -44,7 +46,7 @@ def _status(fn) -> int:
 def test_writes_need_a_token_with_rights(hub, owner):
     anon = HfApi(token=False)
     other = HfApi(token=hub.token("err-other"))
-    upload = dict(path_or_fileobj=b"x", path_in_repo="b.txt", repo_id="err-owner/repo", repo_type="kernel")
+    upload = {"path_or_fileobj": b"x", "path_in_repo": "b.txt", "repo_id": "err-owner/repo", "repo_type": "kernel"}
     assert _status(lambda: anon.create_repo("err-owner/new", repo_type="kernel")) == 401
     assert _status(lambda: anon.upload_file(**upload)) == 401
     assert _status(lambda: other.create_repo("err-owner/new", repo_type="kernel")) == 403
@@ -81,7 +83,7 @@ def test_model_repos_are_served_too(hub, hub_env, tmp_path):
     api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.bin", repo_id="err-model/m")
     info = api.model_info("err-model/m", files_metadata=True)
     assert [s.rfilename for s in info.siblings] == ["w.bin"]
-    assert open(hf_hub_download("err-model/m", "w.bin", cache_dir=tmp_path), "rb").read() == b"weights"
+    assert Path(hf_hub_download("err-model/m", "w.bin", cache_dir=tmp_path)).read_bytes() == b"weights"
     api.delete_repo("err-model/m")
     with pytest.raises(RepositoryNotFoundError):
         api.model_info("err-model/m")

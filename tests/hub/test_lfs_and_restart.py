@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -45,7 +46,7 @@ def test_lfs_upload_with_xet_disabled_then_restart(lfs_hub, tmp_path):
     head = httpx2.head(f"{lfs_hub.url}/kernels/{repo}/resolve/v1/big.bin")
     assert head.headers["x-linked-etag"].strip('"') == sha and head.headers["x-linked-size"] == str(BIG_SIZE)
     path = hf_hub_download(repo, "big.bin", repo_type="kernel", revision="v1")
-    assert hashlib.sha256(open(path, "rb").read()).hexdigest() == sha
+    assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == sha
 
     # a second upload of the same bytes is skipped by the batch API (no actions) and the commit is a no-op
     api.upload_folder(folder_path=tmp_path / "up", repo_id=repo, repo_type="kernel", commit_message="again")
@@ -55,7 +56,7 @@ def test_lfs_upload_with_xet_disabled_then_restart(lfs_hub, tmp_path):
     assert repo_state(lfs_hub.url, repo) == before
     path = hf_hub_download(repo, "big.bin", repo_type="kernel", revision=before["refs"]["tags"][0]["targetCommit"],
                            cache_dir=tmp_path / "fresh-cache")
-    assert hashlib.sha256(open(path, "rb").read()).hexdigest() == sha
+    assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == sha
     api.create_branch(repo, branch="v2", repo_type="kernel")  # the old token still works after restart
 
 

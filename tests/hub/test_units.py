@@ -40,7 +40,7 @@ def test_tags_may_look_like_versions():
 def test_raw_path_keeps_encoded_slashes_in_one_segment():
     segs = split_raw_path(b"/api/kernels/ns/n/tree/refs%2Fheads%2Fv1/build%2Ftorch-cpu")
     assert segs == ["api", "kernels", "ns", "n", "tree", "refs/heads/v1", "build/torch-cpu"]
-    pattern = tuple("api/{T}/{ns}/{name}/tree/{rev}/{path:path}".split("/"))
+    pattern = ("api", "{T}", "{ns}", "{name}", "tree", "{rev}", "{path:path}")
     assert match(pattern, segs)["rev"] == "refs/heads/v1"
     assert match(pattern, segs[:6]) == {"T": "kernels", "ns": "ns", "name": "n", "rev": "refs/heads/v1", "path": ""}
 

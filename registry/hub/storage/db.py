@@ -165,6 +165,5 @@ def write_tx(engine: Engine):
 
 @contextmanager
 def read_tx(engine: Engine):
-    with engine.connect() as conn:
-        with conn.begin():
-            yield conn
+    with engine.connect() as conn, conn.begin():
+        yield conn

@@ -1,0 +1,175 @@
+"""`kernel-hub build`: layout, metadata kernels accepts, per-build identity, reproducible digests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from kernels._rust import Digest, DigestAlgorithm, Metadata
+
+from registry import build as b
+from registry import digest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "kernel_src" / "fused_mlp"
+MATRIX = ROOT / "build" / "matrix.toml"
+
+
+def test_plan_has_matrix_variants_and_cpu_noarch():
+    plans = {p.name: p for p in b.plan_variants(b.load_matrix(MATRIX))}
+    assert plans["torch-cuda"].kind == "triton" and plans["torch-cuda"].backend == "cuda"
+    assert "sm_90a" in plans["torch-cuda"].archs and plans["torch-cuda"].triton
+    assert plans["torch-stable-abi211-cu130-x86_64-linux"].kind == "cuda"
+    assert plans["torch-cpu"].backend == plans["torch-universal"].backend == "cpu"
+
+
+def test_plan_refuses_unknown_kind():
+    with pytest.raises(b.BuildError, match="kind 'rust'"):
+        b.plan_variants({"variants": {"torch-x": {"kind": "rust"}}})
+
+
+@pytest.mark.parametrize(
+    ("arch", "ptx", "expected"),
+    [("sm_80", False, "8.0"), ("sm_90a", False, "9.0a"), ("sm_100a", False, "10.0a"),
+     ("sm_120", True, "12.0+PTX"), ("sm_89", False, "8.9")],
+)
+def test_kernels_arch_notation(arch, ptx, expected):
+    assert b.kernels_arch(arch, ptx) == expected
+
+
+def test_kernels_arch_rejects_garbage():
+    with pytest.raises(b.BuildError, match="sm_<major><minor>"):
+        b.kernels_arch("hopper")
+
+
+def test_rewrite_build_info_keeps_docstring():
+    text = '"""doc"""\n\nOPS_NAMESPACE = "fused_mlp_dev"\nBUILD_ID = "dev"\n'
+    out = b.rewrite_build_info(text, "fused_mlp_1234abcd", "_fused_mlp_torch_cpu_1234abcd")
+    assert out == '"""doc"""\n\nOPS_NAMESPACE = \'fused_mlp_1234abcd\'\nBUILD_ID = \'_fused_mlp_torch_cpu_1234abcd\'\n'
+    with pytest.raises(b.BuildError, match="BUILD_ID"):
+        b.rewrite_build_info('OPS_NAMESPACE = "x"\n', "a", "b")
+
+
+def test_aot_decision_records_why():
+    plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
+    assert b.aot_decision(plan, "3.6.0", True)[0]
+    ok, why = b.aot_decision(plan, "3.8.0", True)
+    assert not ok and "3.8.0" in why and "3.6.0" in why
+    assert not b.aot_decision(plan, "3.6.0", False)[0]
+    assert not b.aot_decision(plan, None, True)[0]
+
+
+def test_backend_archs_for_triton_allow_jit_floor():
+    plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
+    assert b.backend_archs(plan, ["sm_90a"]) == ["9.0a", "8.0+PTX"]
+    cuda = b.VariantPlan("torch-stable-abi211-cu130-x86_64-linux", "cuda", "cuda", ptx=("sm_120",))
+    assert b.backend_archs(cuda, ["sm_80", "sm_120"]) == ["8.0", "12.0+PTX"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist") / "fused-mlp"
+    result = b.build(SOURCE, out, MATRIX, aot=False, only=["torch-cuda", "torch-cpu", "torch-universal"],
+                     log=lambda _: None)
+    return result
+
+
+def test_layout_and_metadata_accepted_by_kernels(built):
+    assert built.built == ["torch-cuda", "torch-cpu", "torch-universal"]
+    ids, namespaces = set(), set()
+    for name in built.built:
+        vdir = built.out / "build" / name
+        assert (vdir / "fused_mlp" / "__init__.py").is_file()
+        assert not (vdir / "fused_mlp" / "cuda").exists()
+        assert not list(vdir.rglob("__pycache__"))
+        raw = (vdir / "metadata.json").read_bytes()
+        meta = json.loads(raw)
+        parsed = Metadata.from_bytes(raw)
+        parsed.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, vdir))
+        assert digest.verify_digests(vdir, meta) == []
+        assert meta["id"].startswith(f"_fused_mlp_{name.replace('-', '_')}_")
+        assert meta["api"]["__all__"] and set(meta["api"]["signatures"]) == set(meta["api"]["__all__"])
+        info = (vdir / "fused_mlp" / "_build_info.py").read_text()
+        hash8 = meta["id"].rsplit("_", 1)[1]
+        assert f"OPS_NAMESPACE = 'fused_mlp_{hash8}'" in info and f"BUILD_ID = {meta['id']!r}" in info
+        ids.add(meta["id"])
+        namespaces.add(hash8)
+    assert len(ids) == len(namespaces) == 3
+    cuda = json.loads((built.out / "build" / "torch-cuda" / "metadata.json").read_text())
+    assert cuda["backend"] == {"type": "cuda", "archs": ["8.0+PTX"]}
+    assert cuda["triton"] == [] and "disabled" in cuda["build"]["notes"][0]
+    assert json.loads((built.out / "build" / "torch-cpu" / "metadata.json").read_text())["backend"] == {"type": "cpu"}
+
+
+def test_build_is_reproducible_and_content_addressed(built, tmp_path):
+    again = b.build(SOURCE, tmp_path / "fused-mlp", MATRIX, aot=False, only=["torch-cpu"], log=lambda _: None)
+    first = (built.out / "build" / "torch-cpu" / "metadata.json").read_bytes()
+    assert (again.out / "build" / "torch-cpu" / "metadata.json").read_bytes() == first
+
+    src = tmp_path / "src" / "fused_mlp"
+    shutil.copytree(SOURCE, src, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(src / "reference.py", "a") as f:
+        f.write("\n# changed\n")
+    changed = b.build(src, tmp_path / "changed", MATRIX, aot=False, only=["torch-cpu"], log=lambda _: None)
+    meta = json.loads((changed.out / "build" / "torch-cpu" / "metadata.json").read_text())
+    assert meta["id"] != json.loads(first)["id"]
+    assert meta["digest"]["files"]["fused_mlp/reference.py"] != json.loads(first)["digest"]["files"]["fused_mlp/reference.py"]
+    assert "provenance" in meta and "kernel-builder" in meta["provenance"]
+
+
+def test_stock_kernels_imports_the_cpu_variant(built, monkeypatch):
+    import kernels
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the CPU variant's reference path, not the interpreter
+    import torch
+
+    mod = kernels.get_local_kernel(built.out, backend="cpu", trust_remote_code=True)
+    assert mod.__name__.startswith("_fused_mlp_torch_cpu_")
+    x, w, bias = torch.randn(3, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    out = mod.linear(x, w, bias, activation="relu")
+    ref = torch.relu(x @ w.T + bias)
+    assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 1e-12
+
+
+def test_build_refuses_a_non_package(tmp_path):
+    with pytest.raises(b.BuildError, match="no __init__.py"):
+        b.build(tmp_path, tmp_path / "out", MATRIX, aot=False)
+
+
+def _cuobjdump() -> Path:
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.is_file():
+        pytest.skip(f"triton ships no cuobjdump at {tool}; install triton==3.6.0 (requirements/cpu.txt)")
+    return tool
+
+
+def test_torch_cuda_with_aot_cubins_for_one_arch(tmp_path):
+    """The real AOT path (narrowed to one arch, dtype and kernel to stay fast): valid sm_90a ELF, reproducible."""
+    import subprocess
+
+    import triton
+
+    narrow = {"aot_archs": ("sm_90a",), "aot_kwargs": {"dtypes": ("fp16",), "kernels": ("act_and_mul_kernel",)}}
+    metas = []
+    for name in ("one", "two"):
+        result = b.build(SOURCE, tmp_path / name / "fused-mlp", MATRIX, only=["torch-cuda"], log=lambda _: None,
+                         **narrow)
+        vdir = result.out / "build" / "torch-cuda"
+        metas.append((vdir / "metadata.json").read_bytes())
+    meta = json.loads(metas[0])
+    assert metas[0] == metas[1], "two builds of the same source differ"
+    assert meta["triton"] == [triton.__version__] and triton.__version__ in b.load_matrix(MATRIX)["variants"]["torch-cuda"]["triton"]
+    assert meta["archs"] == [{"arch": "sm_90a", "sass": True, "ptx": False}]
+    assert meta["backend"]["archs"] == ["9.0a", "8.0+PTX"]
+    cubins = sorted(vdir.glob(f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/*.cubin"))
+    assert cubins and all(f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/{c.name}" in meta["digest"]["files"]
+                          for c in cubins)
+    for cubin in cubins:
+        assert cubin.with_suffix(".json").is_file()
+        listing = subprocess.run([str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True,
+                                 check=True).stdout
+        assert ".sm_90a.cubin" in listing, listing
