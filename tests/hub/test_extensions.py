@@ -7,11 +7,12 @@ import base64
 import subprocess
 import sys
 
+import httpx2
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from huggingface_hub import HfApi
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, HubProcess
 
 
 def _raw_public(key: Ed25519PrivateKey) -> bytes:
@@ -97,3 +98,14 @@ def test_web_pages(hub, http):
     assert "page-user/k" in http.get("/").text
     page = http.get("/kernels/page-user/k")
     assert page.status_code == 200 and "v3" in page.text and "torch-cpu" in page.text
+
+
+def test_public_url_is_used_for_absolute_urls(tmp_path):
+    proc = HubProcess(tmp_path / "data", "--public-url", "http://hub.example:9999/").start()
+    try:
+        token = proc.token("pub-user")
+        r = httpx2.post(f"{proc.url}/api/repos/create", headers={"authorization": f"Bearer {token}"},
+                        json={"name": "k", "organization": "pub-user", "type": "kernel"})
+        assert r.json()["url"] == "http://hub.example:9999/kernels/pub-user/k"
+    finally:
+        proc.stop()

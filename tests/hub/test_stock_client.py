@@ -161,3 +161,9 @@ def test_stale_parent_commit_is_412_and_changes_nothing(published, hub):
                           operations=[CommitOperationAdd(path_in_repo="g.txt", path_or_fileobj=b"three")])
     assert e.value.response.status_code == 412
     assert repo_state(hub.url, repo) == before
+
+
+def test_paths_info(published):
+    api, repo = published["api"], published["repo"]
+    infos = api.get_paths_info(repo, ["README.md", "data/d1", "absent.txt"], repo_type="kernel")
+    assert [(type(i).__name__, i.path) for i in infos] == [("RepoFile", "README.md"), ("RepoFolder", "data/d1")]
