@@ -21,6 +21,8 @@ from .storage.blobs import StagedBlob
 from .web import Call, ok
 
 MAX_PREUPLOAD_FILES = 1000
+LFS_OPT_IN_HEADER = "x-kernel-hub-lfs"  # HfApi(headers={"X-Kernel-Hub-Lfs": "1"}) with HF_HUB_DISABLE_XET=1
+OPT_IN_LFS_THRESHOLD = 10 * 1024 * 1024
 
 
 async def list_commits(call: Call):
@@ -43,14 +45,21 @@ async def list_commits(call: Call):
     return ok(out, headers=headers)
 
 
-def upload_mode(size: int, lfs_threshold: int | None) -> str:
-    """`regular` (inline in the commit) unless the server opted into LFS and the file is that big.
+def lfs_threshold(server_threshold: int | None, client_opts_in: bool) -> int | None:
+    """The size from which preupload answers `lfs`; None: every file goes inline (`regular`).
 
     The default clients switch to Xet for any `lfs` answer and this hub does not speak Xet
-    (hub-protocol.md §9.3), so LFS is opt-in per server (`serve --lfs-threshold`), and its
-    publishers then set HF_HUB_DISABLE_XET=1.
+    (hub-protocol.md §9.3), and nothing in a request says whether Xet is off. So LFS is opt-in:
+    per server (`serve --lfs-threshold`, its publishers set HF_HUB_DISABLE_XET=1) or per client
+    (the `X-Kernel-Hub-Lfs: 1` header, sent by a client that has Xet off).
     """
-    return "lfs" if lfs_threshold is not None and size > 0 and size >= lfs_threshold else "regular"
+    if server_threshold is not None:
+        return server_threshold
+    return OPT_IN_LFS_THRESHOLD if client_opts_in else None
+
+
+def upload_mode(size: int, threshold: int | None) -> str:
+    return "lfs" if threshold is not None and size > 0 and size >= threshold else "regular"
 
 
 async def preupload(call: Call):
@@ -61,12 +70,14 @@ async def preupload(call: Call):
         raise HubError("BadRequest", f"'files' must be a list of at most {MAX_PREUPLOAD_FILES} entries")
     commit_id = call.hub.store.resolve(repo, call.p["rev"])
     manifest = call.hub.store.manifest(repo, commit_id)
+    opt_in = call.request.headers.get(LFS_OPT_IN_HEADER, "").lower() in ("1", "true", "yes")
+    threshold = lfs_threshold(call.hub.config.lfs_threshold, opt_in)
     out = []
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("size"), int) or f["size"] < 0:
             raise HubError("BadRequest", f"each file needs a 'path' and a non-negative integer 'size', got {f!r}")
         path = validate.file_path(f.get("path"))
-        mode = upload_mode(f["size"], call.hub.config.lfs_threshold)
+        mode = upload_mode(f["size"], threshold)
         current = manifest.get(path)
         same_kind = current is not None and current.lfs == (mode == "lfs")
         out.append({"path": path, "uploadMode": mode, "shouldIgnore": False, "oid": current.oid if same_kind else None})

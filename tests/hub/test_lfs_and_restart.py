@@ -91,3 +91,18 @@ def test_default_hub_never_answers_lfs(hub, hub_env):
     r = httpx2.post(f"{hub.url}/api/kernels/mode-user/r/preupload/main", headers={"authorization": f"Bearer {token}"},
                     json={"files": [{"path": "huge.bin", "size": 10**10, "sample": ""}]})
     assert r.json()["files"] == [{"path": "huge.bin", "uploadMode": "regular", "shouldIgnore": False, "oid": None}]
+
+
+def test_client_opts_into_lfs_on_a_default_hub(hub, hub_env, monkeypatch, tmp_path):
+    """With Xet off, a publisher sends `X-Kernel-Hub-Lfs: 1` and big files go through LFS."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    api = HfApi(token=hub.token("optin-user"), headers={"X-Kernel-Hub-Lfs": "1"})
+    api.create_repo("optin-user/r", repo_type="kernel")
+    data = os.urandom(BIG_SIZE)
+    api.upload_file(path_or_fileobj=data, path_in_repo="big.bin", repo_id="optin-user/r", repo_type="kernel")
+    api.upload_file(path_or_fileobj=b"tiny", path_in_repo="tiny.txt", repo_id="optin-user/r", repo_type="kernel")
+    entries = {e.path: e for e in api.list_repo_tree("optin-user/r", repo_type="kernel")}
+    assert entries["big.bin"].lfs.sha256 == hashlib.sha256(data).hexdigest() and entries["tiny.txt"].lfs is None
+    assert Path(hf_hub_download("optin-user/r", "big.bin", repo_type="kernel")).read_bytes() == data
