@@ -64,7 +64,9 @@ class CheckResult:
         )
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "summary": self.summary()}
+        """JSON-ready (lists, not tuples), with the one-line summary."""
+        d = asdict(self)
+        return {**d, "cases": list(d["cases"]), "unchecked": list(d["unchecked"]), "summary": self.summary()}
 
 
 def _randn(shape, gen: torch.Generator, device: str, scale: float = 1.0) -> torch.Tensor:

@@ -178,9 +178,12 @@ def download_variant(hub: Hub, repo_id: str, commit: str, variant: str) -> Path:
         except (HTTPError, OSError) as e:
             raise FetchError(f"download of {repo_id}@{commit[:12]} build/{variant} failed: {e}") from e
     path = hub.repo_dir(repo_id) / "snapshots" / commit / "build" / variant
-    if not path.is_dir():
+    listed = ((_read_json(path / "metadata.json").get("digest") or {}).get("files") or {}) if path.is_dir() else {}
+    missing = [f for f in listed if not (path / f).is_file()]
+    if not path.is_dir() or missing:
+        what = f"only partly in the cache ({len(missing)} files missing)" if path.is_dir() else "not in the cache"
         raise FetchError(
-            f"build/{variant} of {repo_id}@{commit[:12]} is not in the cache {hub.cache} and HF_HUB_OFFLINE=1: "
+            f"build/{variant} of {repo_id}@{commit[:12]} is {what} {hub.cache} and HF_HUB_OFFLINE=1: "
             "load it once online first"
         )
     return path
