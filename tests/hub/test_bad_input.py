@@ -125,6 +125,13 @@ def test_bad_repo_names_are_refused(http, setup, payload):
     assert http.get("/").text == before
 
 
+def test_invalid_readme_metadata_is_refused(hub, setup, unchanged):
+    api = HfApi(endpoint=hub.url, token=setup["token"])
+    with pytest.raises(ValueError, match="Invalid metadata"):
+        api.upload_file(path_or_fileobj=b"---\nkey: [unclosed\n---\n# x\n", path_in_repo="README.md",
+                        repo_id=REPO, repo_type="kernel")
+
+
 def test_oversized_json_body_is_413(http, setup, unchanged):
     files = [{"path": f"f{i}.txt", "size": 1, "sample": "A" * 9000} for i in range(1000)]
     r = http.post(f"/api/kernels/{REPO}/preupload/main", json={"files": files}, headers=setup["auth"])

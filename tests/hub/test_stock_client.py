@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
 
 from tests.conftest import point_clients_at
 from tests.hub.conftest import BIG_SIZE, make_tree, repo_state
@@ -66,6 +66,19 @@ def test_branches_tags_and_refs(published):
     assert e.value.response.status_code == 409
 
 
+def test_delete_branch_and_tag(published):
+    api, repo, commit = published["api"], published["repo"], published["commit"]
+    api.create_branch(repo, branch="short-lived", repo_type="kernel")
+    api.create_tag(repo, tag="short-tag", revision=commit, repo_type="kernel")
+    api.delete_branch(repo, branch="short-lived", repo_type="kernel")
+    api.delete_tag(repo, tag="short-tag", repo_type="kernel")
+    refs = api.list_repo_refs(repo, repo_type="kernel")
+    assert "short-lived" not in {b.name for b in refs.branches} and "short-tag" not in {t.name for t in refs.tags}
+    with pytest.raises(RevisionNotFoundError):
+        api.delete_tag(repo, tag="short-tag", repo_type="kernel")
+    assert api.repo_info(repo, repo_type="kernel", revision=commit).sha == commit  # the commit stays reachable
+
+
 def test_tree_listing_recursive_and_not(published, hub):
     api, repo = published["api"], published["repo"]
     top = {(e.path, type(e).__name__) for e in api.list_repo_tree(repo, repo_type="kernel")}
@@ -92,7 +105,8 @@ def test_commits_list_newest_first(published):
 def test_repo_info_at_branch_commit_and_short_commit(published):
     api, repo, commit = published["api"], published["repo"], published["commit"]
     api.create_branch(repo, branch="v1", repo_type="kernel", exist_ok=True)
-    for rev in ("main", "v1", "refs/heads/v1", commit, commit[:10]):
+    api.create_tag(repo, tag="info-tag", repo_type="kernel", exist_ok=True)
+    for rev in ("main", "v1", "refs/heads/v1", "info-tag", "refs/tags/info-tag", commit, commit[:10]):
         assert api.repo_info(repo, repo_type="kernel", revision=rev).sha == commit
     first = api.list_repo_commits(repo, repo_type="kernel")[-1].commit_id
     assert api.repo_info(repo, repo_type="kernel", revision=first).sha == first
