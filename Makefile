@@ -5,7 +5,7 @@ VENV_CUDA := .venv-cuda
 BIN := $(VENV)/bin
 DATA ?= .hub-data
 
-.PHONY: venv venv-cuda demo test test-fast lint serve
+.PHONY: venv venv-cuda demo test test-fast lint serve chromium
 
 $(VENV)/.stamp: requirements/cpu.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,16 @@ demo: venv
 serve: venv
 	$(BIN)/kernel-hub serve --host 127.0.0.1 --port 8080 --data $(DATA)
 
+# Headless Chromium renders the hub's matrix page in tests/matrix (Debian package; root or sudo). Without
+# apt the screenshot test skips and says so.
+chromium:
+	@command -v chromium >/dev/null || command -v google-chrome >/dev/null || \
+	  { $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -q && \
+	    $$([ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } || \
+	  echo "make chromium: could not install chromium; the matrix page screenshot test will be skipped"
+
 ## The whole CPU test suite (what .ci/run runs).
-test: venv venv-cuda
+test: venv venv-cuda chromium
 	KERNEL_HUB_CUDA_PYTHON=$(CURDIR)/$(VENV_CUDA)/bin/python TRITON_INTERPRET=1 $(BIN)/python -m pytest
 
 test-fast: venv
