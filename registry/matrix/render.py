@@ -18,10 +18,12 @@ from .cells import FAILED, FALLBACK_STATUS, STATUS_ORDER, VERIFIED, Cell, Matrix
 from .records import CheckRecord
 
 MARK = {VERIFIED: "✅", FAILED: "❌", FALLBACK_STATUS: "⚠️", "static": ""}
+# Plain glyphs for HTML: common system fonts (DejaVu) have them, not every machine has an emoji font.
+HTML_MARK = {VERIFIED: "✓", FAILED: "✗", FALLBACK_STATUS: "⚠", "static": ""}
 LEGEND = (
     "Cell = the variant `get_kernel` picks there (resolved from the version's metadata, no GPU needed) "
-    "and how its code runs; ✅ a recorded check passed on such a machine, ❌ a recorded check failed, "
-    "⚠️ no variant fits: the loader falls back to torch.compile of the reference."
+    "and how its code runs; {verified} a recorded check passed on such a machine, {failed} a recorded check "
+    "failed, {fallback} no variant fits: the loader falls back to torch.compile of the reference."
 )
 
 
@@ -108,7 +110,7 @@ def render_markdown(matrix: Matrix) -> str:
         f"Variants: {', '.join(f'`{v}`' for v in matrix.variants) or 'none'}. Python {_python_span(matrix)} "
         "in every cell unless a cell says otherwise.",
         "",
-        LEGEND,
+        LEGEND.format(**MARK),
         "",
         "| GPU | CUDA | torch | " + " | ".join(cpus) + " |",
         "|---|---|---|" + "---|" * len(cpus),
@@ -170,7 +172,7 @@ _CSS = """
 .kh-matrix{font:14px/1.4 system-ui,sans-serif;margin:1em 0}
 .kh-matrix table{border-collapse:collapse}
 .kh-matrix th,.kh-matrix td{border:1px solid #ccd;padding:4px 8px;text-align:left;vertical-align:top}
-.kh-matrix th{background:#eef}
+.kh-matrix th{background:#eef}.kh-matrix td:nth-child(-n+3){white-space:nowrap}
 .kh-matrix td.verified{background:#e3f7e3}.kh-matrix td.failed{background:#fbe0e0}
 .kh-matrix td.fallback{background:#fff3d6}.kh-matrix .note{color:#555;font-size:12px}
 .kh-matrix .problems{color:#a00}
@@ -185,7 +187,7 @@ def render_html(matrix: Matrix) -> str:
         f'<section class="kh-matrix" id="matrix-v{matrix.version}"><style>{_CSS}</style>',
         f"<h3>Compatibility matrix v{matrix.version} <code>{e(matrix.commit[:12])}</code></h3>",
         f"<p>Variants: {e(', '.join(matrix.variants) or 'none')}. Python {e(_python_span(matrix))} "
-        f"unless a cell says otherwise.</p><p class=\"note\">{e(LEGEND)}</p>",
+        f"unless a cell says otherwise.</p><p class=\"note\">{e(LEGEND.format(**HTML_MARK))}</p>",
         "<table><thead><tr><th>GPU</th><th>CUDA</th><th>torch</th>"
         + "".join(f"<th>{e(c)}</th>" for c in cpus) + "</tr></thead><tbody>",
     ]
@@ -193,7 +195,7 @@ def render_html(matrix: Matrix) -> str:
         tds = []
         for text, status, notes in r.cells:
             note = "".join(f'<div class="note">{e(n)}</div>' for n in notes)
-            tds.append(f'<td class="{status}">{MARK[status]} {e(text)}{note}</td>')
+            tds.append(f'<td class="{status}">{HTML_MARK[status]} {e(text)}{note}</td>')
         parts.append(f"<tr><td>{e(r.gpu_arch)}</td><td>{e(r.cuda)}</td><td>{e(r.torch)}</td>{''.join(tds)}</tr>")
     parts.append("</tbody></table>")
     if matrix.other_checks:
