@@ -5,6 +5,7 @@ and turns HubError into the answers of errors.ERROR_TABLE.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -38,7 +39,7 @@ def open_hub(data_dir: Path, config: HubConfig, db_url: str | None = None) -> Hu
 def create_app(data_dir: Path, public_url: str | None = None, config: HubConfig | None = None) -> Starlette:
     cfg = config or HubConfig()
     if public_url:
-        cfg = HubConfig(**{**cfg.__dict__, "public_url": public_url})
+        cfg = replace(cfg, public_url=public_url)
     hub = open_hub(Path(data_dir), cfg)
 
     async def dispatch(request: Request):

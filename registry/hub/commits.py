@@ -208,7 +208,7 @@ async def commit(call: Call):
     try:
         await _parse(call, parser)
         h = parser.header
-        commit_id = await run_in_threadpool(
+        commit_id = await call.write(
             call.hub.store.commit, repo, branch, parser.ops,
             title=h["summary"], message=h["description"], author=call.principal.user,
             parent_prefix=h["parent"], before_write=parser.promote,

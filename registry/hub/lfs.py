@@ -95,7 +95,7 @@ async def upload(call: Call):
             f"uploaded bytes have sha256 {staged.sha256} and size {staged.size}, expected {oid} and {size}",
         )
     await run_in_threadpool(call.hub.blobs.promote, staged)
-    call.hub.store.grant_lfs(repo, oid, size)
+    await call.write(call.hub.store.grant_lfs, repo, oid, size)
     return ok({})
 
 

@@ -53,7 +53,7 @@ async def add_key(call: Call):
     key = body.get("public_key")
     if not isinstance(key, str):
         raise HubError("BadRequest", "'public_key' must be the base64 of a raw 32-byte ed25519 public key")
-    return ok({"id": call.hub.accounts.add_key(ns, key)})
+    return ok({"id": await call.write(call.hub.accounts.add_key, ns, key)})
 
 
 ROUTES = [

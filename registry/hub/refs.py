@@ -36,7 +36,7 @@ async def create_branch(call: Call):
     if not isinstance(start, str):
         raise HubError("BadRequest", "startingPoint must be a revision string")
     commit_id = call.hub.store.resolve(repo, start)
-    call.hub.store.create_ref(repo, "branch", name, commit_id)
+    await call.write(call.hub.store.create_ref, repo, "branch", name, commit_id)
     return ok({"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit_id})
 
 
@@ -45,7 +45,7 @@ async def delete_branch(call: Call):
     name = call.p["branch"].removeprefix("refs/heads/")
     if name == "main":
         raise HubError("Forbidden", "the main branch is protected and cannot be deleted")
-    call.hub.store.delete_ref(repo, "branch", name)
+    await call.write(call.hub.store.delete_ref, repo, "branch", name)
     return ok({})
 
 
@@ -54,13 +54,13 @@ async def create_tag(call: Call):
     body = await call.json()
     name = validate.ref_name(body.get("tag"), "tag")
     commit_id = call.hub.store.resolve(repo, call.p["rev"] or "main")
-    call.hub.store.create_ref(repo, "tag", name, commit_id)
+    await call.write(call.hub.store.create_ref, repo, "tag", name, commit_id)
     return ok({"name": name, "ref": f"refs/tags/{name}", "targetCommit": commit_id})
 
 
 async def delete_tag(call: Call):
     repo = call.repo(write=True)
-    call.hub.store.delete_ref(repo, "tag", call.p["tag"].removeprefix("refs/tags/"))
+    await call.write(call.hub.store.delete_ref, repo, "tag", call.p["tag"].removeprefix("refs/tags/"))
     return ok({})
 
 
@@ -78,7 +78,7 @@ async def ref_update(call: Call):
             continue
         if not isinstance(value, str) or not validate.HEX40.match(value):
             raise HubError("BadRequest", f"{label} must be a full 40-hex commit id, got {value!r}")
-    call.hub.store.update_ref(repo, kind, name, old, new)
+    await call.write(call.hub.store.update_ref, repo, kind, name, old, new)
     return ok({"ref": ref, "old": old, "new": new})
 
 

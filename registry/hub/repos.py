@@ -38,7 +38,7 @@ async def create_repo(call: Call):
             "RepoExists", f"You already created this {type_} repo: {ns}/{name}", body={"url": call.repo_url(existing)}
         )
     try:
-        repo = call.hub.store.create(type_, ns, name, private, who.user)
+        repo = await call.write(call.hub.store.create, type_, ns, name, private, who.user)
     except HubError as e:  # lost a race with a concurrent create
         if e.kind == "RepoExists":
             e.body["url"] = call.repo_url(call.hub.store.get(type_, ns, name))
@@ -53,7 +53,7 @@ async def delete_repo(call: Call):
     repo = call.hub.store.get(type_, ns, name)
     if repo is None:
         raise HubError("RepoNotFound", f"Repository Not Found: {type_} repo {ns}/{name} does not exist")
-    call.hub.store.delete(repo)
+    await call.write(call.hub.store.delete, repo)
     return ok({})
 
 

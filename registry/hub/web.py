@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -108,6 +109,10 @@ class Call:
                 "private repos), or create it with create_repo first",
             )
         return repo
+
+    async def write(self, fn, *args, **kwargs):
+        """Run a storage write in a worker thread: it may wait for the database write lock."""
+        return await run_in_threadpool(fn, *args, **kwargs)
 
     # --- bodies ----------------------------------------------------------------------------------
     async def body(self, limit: int) -> bytes:
