@@ -68,7 +68,13 @@ def run(args: argparse.Namespace) -> int:
     from registry.matrix import build_matrix, load_config, render_html_page, render_json, render_markdown
     from registry.matrix.config import MatrixConfigError
     from registry.matrix.records import RecordError
-    from registry.matrix.store import MatrixSourceError, check_records, variant_metadata, version_commit, versions
+    from registry.matrix.store import (
+        MatrixSourceError,
+        check_records,
+        variant_metadata,
+        version_commit,
+        versions,
+    )
 
     api = HfApi(endpoint=args.endpoint, token=args.token)
     try:

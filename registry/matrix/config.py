@@ -8,10 +8,11 @@ Pure: `parse_config` takes the parsed TOML mapping; only `load_config` reads a f
 from __future__ import annotations
 
 import itertools
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 from registry.resolve import Env
 

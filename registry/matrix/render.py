@@ -107,8 +107,8 @@ def render_markdown(matrix: Matrix) -> str:
     out = [
         f"### Compatibility matrix: {matrix.repo} v{matrix.version} (`{matrix.commit[:12]}`)",
         "",
-        f"Variants: {', '.join(f'`{v}`' for v in matrix.variants) or 'none'}. Python {_python_span(matrix)} "
-        "in every cell unless a cell says otherwise.",
+        (f"Variants: {', '.join(f'`{v}`' for v in matrix.variants) or 'none'}. Python {_python_span(matrix)} "
+         "in every cell unless a cell says otherwise."),
         "",
         LEGEND.format(**MARK),
         "",
@@ -186,8 +186,8 @@ def render_html(matrix: Matrix) -> str:
     parts = [
         f'<section class="kh-matrix" id="matrix-v{matrix.version}"><style>{_CSS}</style>',
         f"<h3>Compatibility matrix v{matrix.version} <code>{e(matrix.commit[:12])}</code></h3>",
-        f"<p>Variants: {e(', '.join(matrix.variants) or 'none')}. Python {e(_python_span(matrix))} "
-        f"unless a cell says otherwise.</p><p class=\"note\">{e(LEGEND.format(**HTML_MARK))}</p>",
+        (f"<p>Variants: {e(', '.join(matrix.variants) or 'none')}. Python {e(_python_span(matrix))} "
+         f"unless a cell says otherwise.</p><p class=\"note\">{e(LEGEND.format(**HTML_MARK))}</p>"),
         "<table><thead><tr><th>GPU</th><th>CUDA</th><th>torch</th>"
         + "".join(f"<th>{e(c)}</th>" for c in cpus) + "</tr></thead><tbody>",
     ]

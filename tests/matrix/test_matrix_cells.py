@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 from registry.matrix.cells import FAILED, FALLBACK_STATUS, STATIC, VERIFIED, build_matrix, cell_for
 from registry.matrix.config import MatrixEnv, load_config
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 
 from registry.matrix.config import AXES, DEFAULT_CONFIG, MatrixConfigError, load_config, parse_config
 from registry.matrix.plan import build_jobs, compat_jobs, torch_cuda_arch_list

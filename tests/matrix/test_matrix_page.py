@@ -90,7 +90,7 @@ def png_distinct_rows(data: bytes) -> int:
             idat += data[pos + 8:pos + 8 + length]
         pos += 12 + length
     raw = zlib.decompress(idat)
-    width, height = png_size(data)
+    _, height = png_size(data)
     stride = len(raw) // height
     return len({raw[i * stride + 1:(i + 1) * stride] for i in range(height)})
 
@@ -104,7 +104,7 @@ def test_matrix_page_renders_in_headless_chromium(hub, page_repo, tmp_path):
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,1000",
            f"{hub.url}/kernels/{repo}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     data = shot.read_bytes()
     assert png_size(data) == (1400, 1000)

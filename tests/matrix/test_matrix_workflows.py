@@ -24,7 +24,8 @@ def tool(name: str) -> str:
 
 
 def run(*cmd: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 def test_the_four_workflows_exist():
@@ -44,8 +45,8 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
         "on: push\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n"
         "      - run: echo ${{ needs.nope.outputs.x }}\n"
     )
-    r = subprocess.run([tool("actionlint"), "-color=false", str(bad / "bad.yml")], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=60)
+    r = subprocess.run([tool("actionlint"), "-color=false", str(bad / "bad.yml")], check=False,
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode != 0 and "needs" in r.stdout
 
 
