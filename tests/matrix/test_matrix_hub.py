@@ -104,3 +104,20 @@ def test_records_on_the_compat_branch_show_in_the_next_render(hub, token, api, t
     r = cli(hub, token, tmp_path, repo, "--version", "1")
     assert r.returncode == 0, r.stderr
     assert f"| ✅ {STABLE} (SASS sm_90a) |" in r.stdout
+
+
+def test_without_version_every_version_is_rendered_and_html_is_a_page(hub, token, api, tmp_path, full_version,
+                                                                      no_sm80_version):
+    repo = f"{USER}/two-versions"
+    publish_metadata(api, repo, 1, no_sm80_version, tmp_path / "a")
+    publish_metadata(api, repo, 2, full_version, tmp_path / "b")
+    r = cli(hub, token, tmp_path, repo)
+    assert r.returncode == 1  # v1 still breaks the promise for sm_80
+    assert f"### Compatibility matrix: {repo} v1" in r.stdout and f"### Compatibility matrix: {repo} v2" in r.stdout
+    out = tmp_path / "matrix.html"
+    r = cli(hub, token, tmp_path, repo, "--version", "2", "--format", "html", "--output", str(out))
+    assert r.returncode == 0 and r.stdout == ""
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and 'id="matrix-v2"' in page and 'id="matrix-v1"' not in page
+    r = cli(hub, token, tmp_path, repo, "--check")
+    assert r.returncode == 2 and "--check needs --version N" in r.stderr
