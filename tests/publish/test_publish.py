@@ -46,7 +46,7 @@ def dists(tmp_path_factory):
     """Three dists: the kernel as is, one with the same API but other bytes, one with an added symbol."""
     tmp = tmp_path_factory.mktemp("dists")
     return {
-        "base": _build(SOURCE, tmp / "base" / "fused-mlp"),
+        "base": _build(_changed_source(tmp, "b", ""), tmp / "base" / "fused-mlp"),
         "same_api": _build(_changed_source(tmp, "s", "\n# same API, other bytes\n"), tmp / "same" / "fused-mlp"),
         "new_api": _build(
             _changed_source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"),
