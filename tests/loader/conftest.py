@@ -36,6 +36,10 @@ class Publisher:
         """Build `variants` into a fresh dist; `patch` maps a package file to (old text, new text)."""
         src = self.work / name / "src" / "fused_mlp"
         shutil.copytree(SOURCE, src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # A per-build marker makes every file that names the build (ids, metadata, signature) unique to
+        # this repo, so tampering with one repo's blobs never touches another's (blobs are shared by content).
+        with open(src / "reference.py", "a") as f:
+            f.write(f"# loader test build: {name}\n")
         for rel, (old, new) in (patch or {}).items():
             text = (src / rel).read_text()
             assert old in text, f"patch target {old!r} not found in {rel}: the kernel source changed"
@@ -52,7 +56,11 @@ class Publisher:
         return result.commit
 
     def tamper_blob(self, original: bytes, replacement: bytes) -> int:
-        """Overwrite every stored copy of `original` in the hub's data dir; returns how many were changed."""
+        """Overwrite every stored copy of `original` in the hub's data dir; returns how many were changed.
+
+        Same length only: the hub serves the size it recorded at upload.
+        """
+        assert len(replacement) == len(original) and replacement != original
         changed = 0
         for path in self.hub.data_dir.rglob("*"):
             if path.is_file() and path.stat().st_size == len(original) and path.read_bytes() == original:
