@@ -1,0 +1,236 @@
+"""Build the `torch-stable-abi211-cu130-x86_64-linux` variant's CUDA extension on a machine without a GPU.
+
+`build_cuda_variant(package_dir, out_dir, matrix, python)` compiles kernel_src's CUDA sources with nvcc
+against CUDA torch headers (torch stable ABI, abi3), makes a wheel, repairs it to manylinux_2_28 with
+auditwheel (torch and CUDA libraries excluded), checks the ABI and arch rules (abi_check.py) and puts
+`_C.abi3.so` plus `build.json` into `package_dir/cuda/`. The builder (`kernel-hub build`) calls it;
+`python build/cuda/build_variant.py` runs it by hand (defaults build the source tree in place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import abi_check  # noqa: E402  (sibling module; build/ is not a package)
+
+VARIANT = "torch-stable-abi211-cu130-x86_64-linux"
+SO_IN_WHEEL = "fused_mlp/cuda/_C.abi3.so"
+# Shared libraries the wheel must not carry: torch has loaded them when the extension is opened.
+REPAIR_EXCLUDES = ("libtorch*.so", "libc10*.so", "libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13")
+
+
+class CudaBuildUnavailable(RuntimeError):
+    """The machine lacks what the CUDA build needs (nvcc 13, a CUDA 13 torch); the message says what."""
+
+
+class CudaBuildError(RuntimeError):
+    """The build ran but failed, or its result broke an ABI/arch rule."""
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    archs: tuple[str, ...]  # SASS archs, "sm_90a"
+    ptx: tuple[str, ...]  # archs that also ship PTX
+    torch_target: str  # "2.11"
+    cuda: str  # "13.0"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cuda_home: Path
+    python: str  # has CUDA torch (headers + libraries to link), auditwheel, kernel_abi_check
+    cuobjdump: str
+
+
+def cuda_plan(matrix: dict) -> CudaPlan:
+    """The CUDA variant's entry of the parsed build/matrix.toml."""
+    spec = matrix.get("variants", {}).get(VARIANT)
+    if spec is None:
+        raise CudaBuildError(f"build/matrix.toml has no [variants.{VARIANT}]; add it to build the CUDA variant")
+    archs, ptx = tuple(spec["archs"]), tuple(spec.get("ptx", ()))
+    if not set(ptx) <= set(archs):
+        raise CudaBuildError(f"[variants.{VARIANT}] ptx {list(ptx)} must be a subset of archs {list(archs)}")
+    return CudaPlan(archs, ptx, str(spec["torch_target"]), str(spec["cuda"]))
+
+
+def torch_arch_list(plan: CudaPlan) -> str:
+    """TORCH_CUDA_ARCH_LIST for the plan: sm_90a -> 9.0a, sm_120 with PTX -> 12.0+PTX."""
+    items = []
+    for arch in plan.archs:
+        digits = arch.removeprefix("sm_")
+        suffix = digits[-1] if digits[-1].isalpha() else ""
+        num = digits.rstrip(suffix) if suffix else digits
+        items.append(f"{num[:-1]}.{num[-1]}{suffix}" + ("+PTX" if arch in plan.ptx else ""))
+    return ";".join(items)
+
+
+def torch_target_hex(version: str) -> str:
+    """torch's TORCH_TARGET_VERSION constant for "2.11": 0x020b000000000000."""
+    major, minor = (int(p) for p in version.split(".")[:2])
+    return f"0x{major:02x}{minor:02x}000000000000"
+
+
+def read_namespace(package_dir: Path) -> str:
+    """OPS_NAMESPACE from the package's _build_info.py (the builder rewrites it per variant)."""
+    tree = ast.parse((package_dir / "_build_info.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "OPS_NAMESPACE" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise CudaBuildError(f"{package_dir / '_build_info.py'} defines no OPS_NAMESPACE")
+
+
+def _cuda_torch_info(python: str) -> tuple[str | None, str]:
+    """(torch's CUDA version or None, torch's package dir) in `python`; (None, why) when torch is missing."""
+    code = "import torch, os; print(torch.version.cuda); print(os.path.dirname(torch.__file__))"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+    except OSError as exc:
+        return None, str(exc)
+    if proc.returncode != 0:
+        return None, proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "torch import failed"
+    cuda, torch_dir = proc.stdout.split()[-2:]
+    return (None if cuda == "None" else cuda), torch_dir
+
+
+def _candidate_pythons(python: str | None) -> list[str]:
+    found = [os.environ.get("KERNEL_HUB_CUDA_PYTHON"), python, str(REPO / ".venv-cuda" / "bin" / "python")]
+    return [p for i, p in enumerate(found) if p and p not in found[:i]]
+
+
+def find_toolchain(python: str | None, cuda_major: str = "13") -> Toolchain:
+    """nvcc of CUDA `cuda_major` and a python with a CUDA `cuda_major` torch; CudaBuildUnavailable says what is missing."""
+    home = Path(os.environ.get("CUDA_HOME") or f"/usr/local/cuda-{cuda_major}.0")
+    nvcc = home / "bin" / "nvcc"
+    if not nvcc.exists():
+        on_path = shutil.which("nvcc")
+        if on_path is None:
+            raise CudaBuildUnavailable(f"no nvcc: {nvcc} does not exist and none is on PATH; install the CUDA "
+                                       f"{cuda_major} toolkit or set CUDA_HOME")
+        home, nvcc = Path(on_path).resolve().parent.parent, Path(on_path)
+    tried = []
+    for cand in _candidate_pythons(python):
+        cuda, torch_dir = _cuda_torch_info(cand)
+        if cuda is not None and cuda.split(".")[0] == cuda_major:
+            cuobjdump = _find_cuobjdump(Path(torch_dir).parent)
+            return Toolchain(home, cand, cuobjdump)
+        tried.append(f"{cand}: {'torch for CUDA ' + cuda if cuda else torch_dir}")
+    raise CudaBuildUnavailable(
+        f"no python with a CUDA {cuda_major} torch (tried {'; '.join(tried)}); run `make venv-cuda` "
+        "or set KERNEL_HUB_CUDA_PYTHON"
+    )
+
+
+def _find_cuobjdump(site_packages: Path) -> str:
+    for cand in (shutil.which("cuobjdump"), site_packages / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump",
+                 REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump"):  # fmt: skip
+        if cand and Path(cand).exists():
+            return str(cand)
+    raise CudaBuildUnavailable("no cuobjdump on PATH or in triton's package (pip install triton, or the CUDA toolkit's)")
+
+
+def cuda_unavailable_reason(python: str | None = None) -> str | None:
+    """None when this machine can build the CUDA variant, else what is missing."""
+    try:
+        find_toolchain(python)
+    except CudaBuildUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _run(cmd: list[str], env: dict, cwd: Path, what: str) -> None:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        raise CudaBuildError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: str | None) -> Path:
+    """Compile, repair and check the extension; put `_C.abi3.so` and `build.json` into `package_dir/cuda/`.
+
+    package_dir: the variant's staged `fused_mlp` package (its `_build_info.py` names the op namespace,
+    `cuda/csrc/` holds the sources). out_dir: scratch for build files and the wheels (kept as CI
+    artifacts). matrix: parsed build/matrix.toml. python: a python with a CUDA 13 torch, or None to use
+    $KERNEL_HUB_CUDA_PYTHON / .venv-cuda. Returns the placed .so path.
+    """
+    plan = cuda_plan(matrix)
+    tools = find_toolchain(python, plan.cuda.split(".")[0])
+    package_dir, out_dir = Path(package_dir).resolve(), Path(out_dir).resolve()
+    namespace = read_namespace(package_dir)
+    work, dist, wheelhouse = out_dir / "work", out_dir / "dist", out_dir / "wheelhouse"
+    for d in (dist, wheelhouse):
+        shutil.rmtree(d, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    bin_dir = str(Path(tools.python).parent)
+    env = {
+        **os.environ,
+        "CUDA_HOME": str(tools.cuda_home),
+        "PATH": os.pathsep.join([bin_dir, str(tools.cuda_home / "bin"), os.environ.get("PATH", "")]),
+        "FUSED_MLP_CSRC": str(package_dir / "cuda" / "csrc"),
+        "FUSED_MLP_NS": namespace,
+        "TORCH_TARGET_VERSION": torch_target_hex(plan.torch_target),
+        "TORCH_CUDA_ARCH_LIST": torch_arch_list(plan),
+        "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
+    }
+    _run([tools.python, str(HERE / "setup.py"), "-q", "bdist_wheel", "--dist-dir", str(dist)], env, work, "nvcc build")
+    (wheel,) = dist.glob("*.whl")
+    excludes = [arg for pat in REPAIR_EXCLUDES for arg in ("--exclude", pat)]
+    _run([str(Path(bin_dir) / "auditwheel"), "repair", "--plat", "manylinux_2_28_x86_64", *excludes,
+          "-w", str(wheelhouse), str(wheel)], env, work, "auditwheel repair")  # fmt: skip
+    (repaired,) = wheelhouse.glob("*.whl")
+    target = package_dir / "cuda" / "_C.abi3.so"
+    with zipfile.ZipFile(repaired) as zf:
+        target.write_bytes(zf.read(SO_IN_WHEEL))
+    checks = abi_check.run_checks(target, tools.cuobjdump, tools.python, list(plan.archs), list(plan.ptx))
+    record = {
+        "variant": VARIANT, "namespace": namespace, "archs": list(plan.archs), "ptx": list(plan.ptx),
+        "torch_target": plan.torch_target, "cuda": plan.cuda, "wheel": repaired.name,
+        "checks": [c.as_dict() for c in checks],
+    }  # fmt: skip
+    (package_dir / "cuda" / "build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        target.unlink()
+        raise CudaBuildError("ABI/arch checks failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+    return target
+
+
+def stage_dev_package(source: Path, stage: Path) -> Path:
+    """A fresh copy of the source package under `stage` (so builds never write into kernel_src)."""
+    dest = stage / source.name
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "build.json"))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--package", type=Path, default=None,
+                        help="staged fused_mlp package to build into (default: a copy of kernel_src/fused_mlp "
+                             "in <out>/stage, importable with PYTHONPATH=<out>/stage)")
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "_work" / "cuda", help="scratch/wheel folder")
+    parser.add_argument("--matrix", type=Path, default=REPO / "build" / "matrix.toml")
+    parser.add_argument("--python", default=None, help="python with a CUDA 13 torch (default: .venv-cuda)")
+    args = parser.parse_args(argv)
+    package = args.package or stage_dev_package(REPO / "kernel_src" / "fused_mlp", args.out / "stage")
+    so = build_cuda_variant(package, args.out, tomllib.loads(args.matrix.read_text()), args.python)
+    print(so)
+    for check in json.loads((so.parent / "build.json").read_text())["checks"]:
+        print(f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Fake (meta) kernels of the C++ ops: output shapes, dtypes and (contiguous) strides, for torch.compile."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def _rows_like(x: Tensor, last: int) -> Tensor:
+    return x.new_empty((*x.shape[:-1], last))
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str) -> Tensor:
+    return _rows_like(x, weight.shape[0])
+
+
+def linear_backward(grad, x, weight, bias, y, activation) -> list[Tensor]:
+    db = weight.new_empty(weight.shape[0] if bias is not None else 0)
+    return [x.new_empty(x.shape), weight.new_empty(weight.shape), db]
+
+
+def mlp(x: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str) -> list[Tensor]:
+    return [_rows_like(x, w.shape[0]) for w in weights]
+
+
+def mlp_backward(grads, x, weights, biases, outputs, activation) -> list[Tensor]:
+    dbs = [w.new_empty(w.shape[0] if biases else 0) for w in weights]
+    return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in weights], *dbs]
+
+
+def gated_mlp(x, w_gate, w_up, w_down, activation) -> list[Tensor]:
+    return [_rows_like(x, w_down.shape[0]), _rows_like(x, w_gate.shape[0])]
+
+
+def gated_mlp_backward(grad, grad_h, x, w_gate, w_up, w_down, h, activation) -> list[Tensor]:
+    return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in (w_gate, w_up, w_down)]]
+
+
+def act_and_mul(gate: Tensor, up: Tensor, activation: str) -> Tensor:
+    return gate.new_empty(gate.shape)
+
+
+def act_and_mul_backward(grad, gate, up, activation) -> list[Tensor]:
+    return [gate.new_empty(gate.shape), gate.new_empty(gate.shape)]
+
+
+FAKES = {
+    "cuda_linear": linear,
+    "cuda_linear_backward": linear_backward,
+    "cuda_mlp": mlp,
+    "cuda_mlp_backward": mlp_backward,
+    "cuda_gated_mlp": gated_mlp,
+    "cuda_gated_mlp_backward": gated_mlp_backward,
+    "cuda_act_and_mul": act_and_mul,
+    "cuda_act_and_mul_backward": act_and_mul_backward,
+}

@@ -1,0 +1,154 @@
+// cuBLASLt GEMMs for row-major tensors, with cached handle and algorithm choices.
+// Row-major out[M,N] = A[M,K] B[K,N] is column-major out^T[N,M] = B^T A^T, so B becomes cuBLASLt's
+// first operand and the bias (length N) is per row of the column-major result, as cuBLASLt wants.
+#include "gemm.h"
+
+#include <cublasLt.h>
+
+#include <cstring>
+#include <unordered_map>
+
+namespace fused_mlp {
+namespace {
+
+void check_status(cublasStatus_t s, const char* what) {
+  STD_TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, "fused_mlp: cuBLASLt ", what, " failed with status ",
+                  static_cast<int>(s), " (", cublasLtGetStatusString(s), ")");
+}
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t handle = [] {
+    cublasLtHandle_t h = nullptr;
+    check_status(cublasLtCreate(&h), "create");
+    return h;
+  }();
+  return handle;
+}
+
+cudaDataType_t cuda_type(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float: return CUDA_R_32F;
+    case ScalarType::Half: return CUDA_R_16F;
+    case ScalarType::BFloat16: return CUDA_R_16BF;
+    default:
+      STD_TORCH_CHECK(false, "fused_mlp: GEMM got dtype ", torch::headeronly::toString(t),
+                      "; use float32, float16 or bfloat16");
+  }
+  return CUDA_R_32F;
+}
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::Relu: return CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case Epilogue::GeluTanh: return CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::GeluTanhBias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+// Largest power of two (<= 16) dividing the address: cuBLASLt picks kernels by operand alignment.
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 16;
+  while (a > 1 && (v % a) != 0) a /= 2;
+  return a;
+}
+
+struct AlgoKey {
+  long long m, n, k;
+  int dtype, epi, trans_a, trans_b, beta_nonzero, align_a, align_b, align_c, align_bias, device;
+  bool operator==(const AlgoKey& o) const { return std::memcmp(this, &o, sizeof(AlgoKey)) == 0; }
+};
+struct AlgoKeyHash {
+  size_t operator()(const AlgoKey& k) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(&k);
+    size_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(AlgoKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo;
+};
+
+}  // namespace
+
+Epilogue epilogue_for(Act act, bool has_bias, bool* fused) {
+  *fused = true;
+  switch (act) {
+    case Act::None: return has_bias ? Epilogue::Bias : Epilogue::None;
+    case Act::Relu: return has_bias ? Epilogue::ReluBias : Epilogue::Relu;
+    case Act::GeluTanh: return has_bias ? Epilogue::GeluTanhBias : Epilogue::GeluTanh;
+    default: *fused = false; return has_bias ? Epilogue::Bias : Epilogue::None;
+  }
+}
+
+void gemm(const GemmArgs& g) {
+  // Column-major view: C'[N,M] = op(B')[N,K] op(A')[K,M]; B' is b's buffer, A' is a's.
+  const cudaDataType_t dt = cuda_type(g.dtype);
+  int device = 0;
+  cudaGetDevice(&device);
+  AlgoKey key;
+  std::memset(&key, 0, sizeof(key));
+  key.m = g.m; key.n = g.n; key.k = g.k;
+  key.dtype = static_cast<int>(dt); key.epi = static_cast<int>(g.epi);
+  key.trans_a = g.trans_a; key.trans_b = g.trans_b; key.beta_nonzero = g.beta != 0.f;
+  key.align_a = alignment_of(g.a); key.align_b = alignment_of(g.b); key.align_c = alignment_of(g.out);
+  key.align_bias = g.bias ? alignment_of(g.bias) : 16; key.device = device;
+
+  // Per thread, so the bias pointer set on a cached descriptor below never races another thread.
+  thread_local std::unordered_map<AlgoKey, Plan, AlgoKeyHash> plans;
+  Plan plan;
+  auto it = plans.find(key);
+  if (it != plans.end()) plan = it->second;
+  if (plan.op == nullptr) {
+    const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B' is [N,K] or [K,N]
+    const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A' is [K,M] or [M,K]
+    check_status(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "transa");
+    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "transb");
+    const cublasLtEpilogue_t epi = lt_epilogue(g.epi);
+    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+    if (g.epi == Epilogue::Bias || g.epi == Epilogue::ReluBias || g.epi == Epilogue::GeluTanhBias) {
+      check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)), "bias type");
+    }
+    // Column-major shapes of the stored buffers (a row-major [r,c] buffer is column-major [c,r]).
+    const uint64_t rows_b = g.trans_b ? g.k : g.n, cols_b = g.trans_b ? g.n : g.k;
+    const uint64_t rows_a = g.trans_a ? g.m : g.k, cols_a = g.trans_a ? g.k : g.m;
+    check_status(cublasLtMatrixLayoutCreate(&plan.la, dt, rows_b, cols_b, rows_b), "layout B");
+    check_status(cublasLtMatrixLayoutCreate(&plan.lb, dt, rows_a, cols_a, rows_a), "layout A");
+    check_status(cublasLtMatrixLayoutCreate(&plan.lc, dt, g.n, g.m, g.n), "layout C");
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_status(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t ws = g.workspace_bytes;
+    check_status(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace");
+    const uint32_t al_first = key.align_b, al_second = key.align_a, al_c = key.align_c;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first, sizeof(al_first));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1,
+                                                &result, &found), "heuristic");
+    cublasLtMatmulPreferenceDestroy(pref);
+    STD_TORCH_CHECK(found > 0, "fused_mlp: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
+                    " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
+    plan.algo = result.algo;
+    plans.emplace(key, plan);
+  }
+  if (g.bias != nullptr) {
+    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)), "bias");
+  }
+  const float alpha = 1.f, beta = g.beta;
+  check_status(cublasLtMatmul(lt_handle(), plan.op, &alpha, g.b, plan.la, g.a, plan.lb, &beta, g.out, plan.lc, g.out,
+                              plan.lc, &plan.algo, g.workspace, g.workspace_bytes, g.stream), "matmul");
+}
+
+}  // namespace fused_mlp
