@@ -15,7 +15,7 @@ import triton
 from ..reference import check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
-from .configs import GATE_UP, LINEAR, arch_of, elementwise_config, gemm_config
+from .configs import GATE_UP, LINEAR, GemmConfig, arch_of, elementwise_config, gemm_config
 from .gated import GATE_UP as GATE_UP_KERNEL
 from .launch import launch
 from .linear import ACTIVATION_BACKWARD
@@ -80,16 +80,18 @@ def check_linear_shapes(op: str, in_features: int, weight: torch.Tensor, bias: t
 
 
 def linear_rows(
-    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor
-) -> torch.Tensor:
-    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride."""
+    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor,
+    cfg: GemmConfig | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride.
+    `cfg` overrides the arch table (bench/bench_mlp.py --tune measures candidates this way)."""
     M, K = x2.shape
     N = w.shape[0]
     if M == 0 or N == 0:
         return out
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
-    cfg = gemm_config(LINEAR, device_arch(x2), M)
+    cfg = cfg or gemm_config(LINEAR, device_arch(x2), M)
     upcast, precision = _dot_flags(x2)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w, x2 if b is None else b, out, M, N, K, x2.stride(0), w.stride(0), out.stride(0))
@@ -142,14 +144,15 @@ def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_dow
 
 
 def gate_up_rows(
-    x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str, h: torch.Tensor
-) -> torch.Tensor:
+    x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str, h: torch.Tensor,
+    cfg: GemmConfig | None = None,
+) -> torch.Tensor:  # fmt: skip
     """h[M, I] = act(x2 @ w_gate.T) * (x2 @ w_up.T) with one GEMM launch."""
     M, K = x2.shape
     N = w_gate.shape[0]
     if M == 0 or N == 0:
         return h
-    cfg = gemm_config(GATE_UP, device_arch(x2), M)
+    cfg = cfg or gemm_config(GATE_UP, device_arch(x2), M)
     upcast, precision = _dot_flags(x2)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w_gate, w_up, h, M, N, K, x2.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0))
