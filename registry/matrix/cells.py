@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kernels.backends import CUDA
 from kernels.variants import NoarchVariant, parse_variant
 
 from registry.resolve import Resolution, Verdict, resolve_variant
@@ -90,7 +91,7 @@ def _is_gpu_variant(name: str) -> bool:
         return True
     if isinstance(v, NoarchVariant):
         return v.arch.backend_name == "cuda"
-    return type(v.arch.backend).__name__ == "CUDA"
+    return isinstance(v.arch.backend, CUDA)
 
 
 def how_it_runs(verdict: Verdict) -> str:

@@ -7,6 +7,7 @@ versions folded into a cell unless they differ. JSON keeps every environment as 
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from collections.abc import Iterable, Sequence
@@ -147,7 +148,7 @@ def render_json(matrix: Matrix) -> str:
     """Every environment as its own entry, with checks and problems; stable key order."""
     def cell(c: Cell) -> dict:
         return {
-            "env": c.env.__dict__ | {},
+            "env": dataclasses.asdict(c.env),
             "variant": c.chosen,
             "how": c.how,
             "reason": c.reason,
