@@ -95,4 +95,4 @@ def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.
     return _ops_for(gate).act_and_mul(gate, up, activation)
 
 
-from . import layers  # noqa: E402  (layers calls the ops defined above)
+from . import layers  # noqa: E402, F401  (layers calls the ops defined above)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 import torch
-from kernel_numerics import TOL, as64, randn, rel_err
+from kernel_numerics import TOL, randn, rel_err
 
 import fused_mlp
 import fused_mlp.reference as ref
