@@ -5,11 +5,13 @@ and turns HubError into the answers of errors.ERROR_TABLE.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
 
 from . import commits, files, lfs, orgs, pages, refs, repos
@@ -36,6 +38,26 @@ def open_hub(data_dir: Path, config: HubConfig, db_url: str | None = None) -> Hu
     return Hub(RepoStore(engine), accounts, BlobStore(Path(data_dir) / "blobs"), config, accounts.secret())
 
 
+async def _answer(hub: Hub, request: Request, request_id: str) -> Response:
+    try:
+        segs = split_raw_path(request.scope.get("raw_path") or request.scope["path"].encode())
+    except UnicodeDecodeError:
+        return error_response(HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding"))
+    route, params, path_matched = find(ROUTES, request.method, segs)
+    try:
+        if route is None:
+            kind = "MethodNotAllowed" if path_matched else "NotFound"
+            raise HubError(kind, f"no {request.method} endpoint at {request.url.path} on this hub")
+        call = Call(hub, request, params)
+        call.authenticate()
+        return await route.handler(call)
+    except HubError as e:
+        return error_response(e)
+    except Exception:
+        log.exception("internal error %s on %s %s", request_id, request.method, request.url.path)
+        return error_response(HubError("Internal", f"internal server error {request_id}; see the hub log"))
+
+
 def create_app(data_dir: Path, public_url: str | None = None, config: HubConfig | None = None) -> Starlette:
     cfg = config or HubConfig()
     if public_url:
@@ -43,23 +65,10 @@ def create_app(data_dir: Path, public_url: str | None = None, config: HubConfig 
     hub = open_hub(Path(data_dir), cfg)
 
     async def dispatch(request: Request):
-        try:
-            segs = split_raw_path(request.scope.get("raw_path") or request.scope["path"].encode())
-        except UnicodeDecodeError:
-            return error_response(HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding"))
-        route, params, path_matched = find(ROUTES, request.method, segs)
-        try:
-            if route is None:
-                kind = "MethodNotAllowed" if path_matched else "NotFound"
-                raise HubError(kind, f"no {request.method} endpoint at {request.url.path} on this hub")
-            call = Call(hub, request, params)
-            call.authenticate()
-            return await route.handler(call)
-        except HubError as e:
-            return error_response(e)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return error_response(HubError("Internal", "internal server error; see the hub log"))
+        request_id = uuid.uuid4().hex
+        response = await _answer(hub, request, request_id)
+        response.headers["X-Request-Id"] = request_id  # the client quotes it in its error messages
+        return response
 
     app = Starlette(routes=[StarletteRoute("/{path:path}", dispatch, methods=METHODS)])
     app.state.hub = hub

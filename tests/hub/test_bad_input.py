@@ -157,5 +157,6 @@ def test_oversized_commit_body_is_413(tmp_path):
 def test_unknown_routes_and_methods_answer_json(http):
     r = http.get("/api/nothing-here")
     assert r.status_code == 404 and r.headers["x-error-code"] == "NotFound" and r.json()["error"]
+    assert len(r.headers["x-request-id"]) == 32
     r = http.put(f"/api/kernels/{REPO}/refs")
     assert r.status_code == 405 and r.json()["error"]
