@@ -42,7 +42,7 @@ class HubProcess:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kernel-hub serve exited with {self.proc.returncode}: {self.log()}")
@@ -52,7 +52,7 @@ class HubProcess:
             except OSError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"kernel-hub serve did not answer on {self.url} within 30 s: {self.log()}")
+        raise RuntimeError(f"kernel-hub serve did not answer on {self.url} within 60 s: {self.log()}")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
