@@ -20,6 +20,8 @@ def register(subparsers) -> None:
     p.add_argument("--variant", action="append", dest="variants", metavar="NAME",
                    help="build only this variant (repeatable)")
     p.add_argument("--no-aot", action="store_true", help="skip Triton AOT cubins (Triton JIT-compiles at run time)")
+    p.add_argument("--arch", action="append", dest="archs", metavar="SM",
+                   help="AOT-compile only this arch of the matrix (repeatable; default: all)")
     p.add_argument("--require-cuda", action="store_true",
                    help="fail instead of skipping when the CUDA variant cannot be built here")
     p.set_defaults(func=run)
@@ -30,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = build(
-            args.source, args.out, args.matrix, aot=not args.no_aot, require_cuda=args.require_cuda,
-            only=args.variants,
+            args.source, args.out, args.matrix, only=args.variants, aot=not args.no_aot,
+            aot_archs=tuple(args.archs) if args.archs else None, require_cuda=args.require_cuda,
         )
     except BuildError as e:
         print(f"kernel-hub build: {e}", file=sys.stderr)
