@@ -1,4 +1,6 @@
-"""Hand-built variant metadata (what `kernel-hub build` writes, reduced to the keys resolution reads)."""
+"""Matrix test fixtures (imported by name: a second `conftest` module would shadow tests/conftest.py's helpers).
+
+Hand-built variant metadata (what `kernel-hub build` writes, reduced to the keys resolution reads)."""
 
 from __future__ import annotations
 
@@ -27,14 +29,14 @@ def triton_meta(*entries: str, triton: tuple[str, ...] = ("3.6.0",)) -> dict:
 CPU_META = {"name": "fused-mlp", "backend": {"type": "cpu"}}
 
 
-@pytest.fixture
-def no_sm80_version() -> dict[str, dict]:
+@pytest.fixture(name="no_sm80_version")
+def fixture_no_sm80_version() -> dict[str, dict]:
     """Only the compiled variant, without sm_80 code; PTX for sm_86 covers sm_86 and newer."""
     return {STABLE: cuda_meta("sm_86:ptx", "sm_89", "sm_90a"), "torch-cpu": CPU_META}
 
 
-@pytest.fixture
-def full_version() -> dict[str, dict]:
+@pytest.fixture(name="full_version")
+def fixture_full_version() -> dict[str, dict]:
     """What build/matrix.toml builds: Triton AOT + stable-ABI CUDA, plus the CPU reference builds."""
     a = ("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120")
     return {
@@ -45,8 +47,8 @@ def full_version() -> dict[str, dict]:
     }
 
 
-@pytest.fixture
-def make_record():
+@pytest.fixture(name="make_record")
+def fixture_make_record():
     """Factory for a CheckRecord of a machine (defaults: an H200 with torch 2.11 cu130, Python 3.12)."""
     from registry.matrix.records import CheckRecord
     from registry.resolve import Env

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from matrix_fixtures import fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
 
 from registry.matrix.cells import FAILED, FALLBACK_STATUS, STATIC, VERIFIED, build_matrix, cell_for
 from registry.matrix.config import MatrixEnv, load_config

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from matrix_fixtures import fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
+
 from registry.matrix.cells import build_matrix
 from registry.matrix.config import load_config
 from registry.matrix.render import render_html, render_html_page, render_json, render_markdown, table
