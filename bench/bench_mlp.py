@@ -31,8 +31,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_src"))
 
-import fused_mlp  # noqa: E402
-from fused_mlp import reference as ref  # noqa: E402
+import fused_mlp
+from fused_mlp import reference as ref
 
 PEAK_FLOPS = 788e12  # bf16 dense matmul measured on the H200 (KINDS.md)
 PEAK_BYTES = 4.25e12  # device-to-device copy measured on the H200
@@ -162,7 +162,7 @@ def gpu_us(fn: Callable[[], torch.Tensor], repeat: int = 20) -> float | None:
     """GPU µs per call: replay of one graph holding `repeat` calls, timed with events (median of 10)."""
     try:
         replay = graphed(fn, repeat)
-    except Exception:  # not capturable (e.g. compiled code with its own graphs)
+    except Exception:  # noqa: BLE001  (not capturable, or the candidate does not compile/fit)
         return None
     replay()
     times = []
@@ -257,7 +257,7 @@ def bench_workload(w: Workload, dtype: torch.dtype, max_autotune: bool) -> list[
                     row["gpu_us"] = row["stream_us"]
                 row["kernels_per_call"] = kernels_per_call(fn)
             row["pct_of_floor"] = 100 * floor / row["stream_us"]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (one implementation failing must not stop the table)
             row["error"] = f"{type(exc).__name__}: {exc}"[:400]
             traceback.print_exc()
         rows.append(row)
@@ -296,10 +296,14 @@ TUNE_PLAN = (
 )
 
 
-def tune(dtype: torch.dtype) -> list[dict]:
-    """Measure each candidate on each problem of its bound; apply the best (least summed time)."""
-    import triton.testing
+def _time_candidate(run: Callable[[], object]) -> float:
+    """GPU µs per call (graph replay, so host launch cost does not hide the kernel); inf if it fails."""
+    us = gpu_us(run)
+    return float("inf") if us is None else us
 
+
+def tune(dtype: torch.dtype) -> list[dict]:
+    """Measure each candidate on each problem of its bound; apply the best (least summed GPU time)."""
     from fused_mlp.triton import configs, forward
 
     arch = forward.device_arch(torch.empty(1, device="cuda"))
@@ -309,35 +313,34 @@ def tune(dtype: torch.dtype) -> list[dict]:
         for cand in candidates:
             cfg = configs.GemmConfig(cand[0], cand[1], cand[2], 8, cand[3], cand[4])
             total = 0.0
-            try:
-                for M, N, K in problems:
-                    x = torch.randn(M, K, device="cuda", dtype=dtype)
-                    wa = torch.randn(N, K, device="cuda", dtype=dtype) * K**-0.5
-                    wb = torch.randn(N, K, device="cuda", dtype=dtype) * K**-0.5
-                    bias = torch.randn(N, device="cuda", dtype=dtype)
-                    out = torch.empty(M, N, device="cuda", dtype=dtype)
-                    if table_name == "LINEAR":
-                        run = lambda: forward.linear_rows(x, wa, bias, "relu", out, cfg)  # noqa: E731
-                    else:
-                        run = lambda: forward.gate_up_rows(x, wa, wb, "gelu_tanh", out, cfg)  # noqa: E731
-                    total += triton.testing.do_bench(run, warmup=10, rep=40) * 1e3
-            except Exception as exc:
-                total = float("inf")
-                print(f"tune {table_name} {bound} {cand}: {type(exc).__name__}: {str(exc)[:100]}")
+            for M, N, K in problems:
+                x = torch.randn(M, K, device="cuda", dtype=dtype)
+                wa = torch.randn(N, K, device="cuda", dtype=dtype) * K**-0.5
+                wb = torch.randn(N, K, device="cuda", dtype=dtype) * K**-0.5
+                bias = torch.randn(N, device="cuda", dtype=dtype)
+                out = torch.empty(M, N, device="cuda", dtype=dtype)
+                if table_name == "LINEAR":
+                    total += _time_candidate(lambda: forward.linear_rows(x, wa, bias, "relu", out, cfg))  # noqa: B023
+                else:
+                    total += _time_candidate(lambda: forward.gate_up_rows(x, wa, wb, "gelu_tanh", out, cfg))  # noqa: B023
             totals[cfg] = total
-            results.append({"table": table_name, "bound": bound, "config": list(cand), "us": total,
+            results.append({"table": table_name, "bound": bound, "config": list(cand), "gpu_us": total,
                             "problems": problems})  # fmt: skip
         best = min(totals, key=totals.get)
-        print(f"tune {table_name} rows<={bound}: best {best} {totals[best]:.1f} us "
-              f"(table had {configs.gemm_config(getattr(configs, table_name), arch, bound or 10**9)})")  # fmt: skip
+        print(f"tune {table_name} rows<={bound}: best {best} {totals[best]:.1f} us", flush=True)
         table = getattr(configs, table_name)
-        rows = list(table.get(arch, table["default"]))
-        rows = [(b, best if b == bound else c) for b, c in rows]
-        if bound not in [b for b, _ in rows]:
-            rows.insert(-1, (bound, best))
-        table[arch] = tuple(rows)
+        table[arch] = tuple((b, best if b == bound else c) for b, c in table.get(arch, table["default"]))
         results.append({"table": table_name, "bound": bound, "best": [best.BM, best.BN, best.BK, best.num_warps,
                                                                       best.num_stages]})  # fmt: skip
+    gate, up = (torch.randn(8192, 3072, device="cuda", dtype=dtype) for _ in range(2))
+    timings = {}
+    for block, warps in ((1024, 4), (2048, 8), (4096, 8), (8192, 8), (4096, 16), (8192, 16)):
+        configs.ELEMENTWISE[arch] = configs.ElementwiseConfig(block, warps)
+        timings[(block, warps)] = _time_candidate(lambda: forward.act_and_mul(gate, up, "gelu_tanh"))
+        results.append({"table": "ELEMENTWISE", "config": [block, warps], "gpu_us": timings[(block, warps)]})
+    best_block, best_warps = min(timings, key=timings.get)
+    configs.ELEMENTWISE[arch] = configs.ElementwiseConfig(best_block, best_warps)
+    print(f"tune ELEMENTWISE: best BLOCK={best_block} warps={best_warps} {timings[(best_block, best_warps)]:.1f} us")
     return results
 
 

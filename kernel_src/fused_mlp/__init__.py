@@ -15,7 +15,8 @@ from types import ModuleType
 import torch
 
 from . import reference
-from ._build_info import BUILD_ID, OPS_NAMESPACE
+from ._build_info import BUILD_ID as BUILD_ID
+from ._build_info import OPS_NAMESPACE as OPS_NAMESPACE
 
 __all__ = ["act_and_mul", "gated_mlp", "linear", "mlp"]
 
@@ -95,4 +96,4 @@ def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.
     return _ops_for(gate).act_and_mul(gate, up, activation)
 
 
-from . import layers  # noqa: E402, F401  (layers calls the ops defined above)
+from . import layers  # noqa: F401  (layers calls the ops defined above)

@@ -6,9 +6,8 @@ import shutil
 import sys
 from pathlib import Path
 
-import pytest
-
 import fused_mlp
+import pytest
 
 PKG = Path(fused_mlp.__file__).parent
 

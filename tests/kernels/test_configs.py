@@ -1,7 +1,6 @@
 """Config tables: row-bound lookup, arch naming, and that every table has a catch-all row."""
 
 import pytest
-
 from fused_mlp.triton import configs
 
 

@@ -3,13 +3,12 @@ graph break, differentiates them, and does not recompile across batch sizes."""
 
 import os
 
-import pytest
-import torch
-from kernel_numerics import TOL, randn, rel_err
-
 import fused_mlp
 import fused_mlp.reference as ref
+import pytest
+import torch
 from fused_mlp._build_info import OPS_NAMESPACE
+from kernel_numerics import TOL, randn, rel_err
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1", reason="runs the Triton kernels on CPU: set TRITON_INTERPRET=1"

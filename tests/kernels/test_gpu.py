@@ -2,13 +2,12 @@
 torch.compile (inductor) fullgraph without recompiles, the small-batch graph cache, capture inside a
 user's CUDA graph, and AOT cubins launching with the JIT's results. Run on the device: pytest -m gpu."""
 
-import pytest
-import torch
-from kernel_numerics import ACTIVATIONS, TOL, as64, assert_close, grads, randn, rel_err
-
 import fused_mlp
 import fused_mlp.reference as ref
+import pytest
+import torch
 from fused_mlp._build_info import OPS_NAMESPACE
+from kernel_numerics import ACTIVATIONS, TOL, as64, assert_close, grads, randn, rel_err
 
 pytestmark = [
     pytest.mark.gpu,
@@ -169,7 +168,6 @@ def test_ops_capture_inside_user_cuda_graph():
 def test_aot_cubin_matches_jit(tmp_path, monkeypatch):
     """Compile one config AOT, launch the cubin through the loader path, compare with the JIT result."""
     import triton
-
     from fused_mlp.triton import aot, forward
     from fused_mlp.triton.linear import LINEAR
 

@@ -4,12 +4,11 @@ dims, with and without bias, every activation."""
 
 import os
 
+import fused_mlp
+import fused_mlp.reference as ref
 import pytest
 import torch
 from kernel_numerics import ACTIVATIONS, as64, assert_close, grads, randn
-
-import fused_mlp
-import fused_mlp.reference as ref
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1", reason="runs the Triton kernels on CPU: set TRITON_INTERPRET=1"

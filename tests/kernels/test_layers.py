@@ -2,10 +2,9 @@
 
 import pytest
 import torch
+from fused_mlp import layers
 from kernel_numerics import TOL, rel_err
 from torch import nn
-
-import fused_mlp.layers as layers
 
 
 class LlamaStyleMLP(nn.Module):

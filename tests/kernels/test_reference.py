@@ -1,10 +1,9 @@
 """The eager reference is the oracle: check it against plain torch.nn modules once, in float64."""
 
+import fused_mlp.reference as ref
 import pytest
 import torch
 from torch import nn
-
-import fused_mlp.reference as ref
 
 
 def test_mlp_matches_nn_sequential():

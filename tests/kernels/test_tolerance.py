@@ -3,11 +3,10 @@
 
 import os
 
+import fused_mlp.reference as ref
 import pytest
 import torch
 from kernel_numerics import TOL, as64, randn, rel_err
-
-import fused_mlp.reference as ref
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1", reason="runs the Triton kernels on CPU: set TRITON_INTERPRET=1"

@@ -7,7 +7,7 @@ use the conservative Ampere-style rows until measured there. "interpreter" keeps
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ Table = tuple[tuple[int | None, GemmConfig], ...]
 LINEAR: dict[str, Table] = {
     "sm_90a": (
         (16, GemmConfig(16, 32, 256, 8, 4, 4)),
-        (64, GemmConfig(64, 64, 128, 8, 4, 4)),
+        (64, GemmConfig(64, 128, 64, 8, 4, 4)),
         (1024, GemmConfig(64, 128, 64, 8, 4, 4)),
-        (None, GemmConfig(128, 256, 64, 8, 8, 3)),
+        (None, GemmConfig(128, 128, 64, 8, 8, 3)),
     ),
     "default": (
         (16, GemmConfig(16, 32, 128, 8, 4, 4)),
@@ -46,9 +46,9 @@ LINEAR: dict[str, Table] = {
 
 GATE_UP: dict[str, Table] = {
     "sm_90a": (
-        (16, GemmConfig(16, 32, 256, 8, 4, 4)),
-        (1024, GemmConfig(64, 128, 64, 8, 4, 4)),
-        (None, GemmConfig(128, 128, 64, 8, 8, 3)),
+        (16, GemmConfig(16, 32, 128, 8, 4, 4)),
+        (1024, GemmConfig(64, 64, 64, 8, 4, 4)),
+        (None, GemmConfig(256, 64, 64, 8, 8, 3)),
     ),
     "default": (
         (16, GemmConfig(16, 32, 128, 8, 4, 4)),
@@ -81,12 +81,20 @@ def _table_for(tables: dict, arch: str):
     return tables.get(arch, tables["default"])
 
 
-def gemm_config(tables: dict[str, Table], arch: str, rows: int) -> GemmConfig:
-    """The config of the first row whose bound admits `rows`."""
+def gemm_config(tables: dict[str, Table], arch: str, rows: int, element_size: int = 2) -> GemmConfig:
+    """The config of the first row whose bound admits `rows`, fitted to the element size."""
     for bound, cfg in _table_for(tables, arch):
         if bound is None or rows <= bound:
-            return cfg
+            return fit_element_size(cfg, element_size)
     raise ValueError(f"config table for {arch} has no catch-all row (bound None)")
+
+
+def fit_element_size(cfg: GemmConfig, element_size: int) -> GemmConfig:
+    """Tables are sized for 2-byte operands; fp32 tiles take twice the shared memory per stage, so
+    halve BK and keep at most 3 stages (the sm_90a gated config needs 245 KB otherwise, > 227 KB)."""
+    if element_size <= 2:
+        return cfg
+    return replace(cfg, BK=max(16, cfg.BK // 2), num_stages=min(cfg.num_stages, 3))
 
 
 def elementwise_config(arch: str) -> ElementwiseConfig:

@@ -8,8 +8,6 @@ Gradients are matmuls plus the fused elementwise backward kernels.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -40,17 +38,17 @@ def _registered(op) -> bool:
 
 
 @_custom_op("triton_linear")
-def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str) -> Tensor:
     return forward.linear(x, weight, bias, activation)
 
 
-def split_biases(biases: list[Optional[Tensor]]) -> tuple[list[Tensor], list[int]]:
+def split_biases(biases: list[Tensor | None]) -> tuple[list[Tensor], list[int]]:
     """(present biases, their layer indices): the op schema cannot carry gradients for Tensor?[] lists."""
     return [b for b in biases if b is not None], [i for i, b in enumerate(biases) if b is not None]
 
 
-def _join_biases(n: int, present: list[Tensor], layers: list[int]) -> list[Optional[Tensor]]:
-    biases: list[Optional[Tensor]] = [None] * n
+def _join_biases(n: int, present: list[Tensor], layers: list[int]) -> list[Tensor | None]:
+    biases: list[Tensor | None] = [None] * n
     for i, b in zip(layers, present):
         biases[i] = b
     return biases
@@ -125,7 +123,7 @@ def _flat(t: Tensor) -> Tensor:
     return t.reshape(-1, t.shape[-1])
 
 
-def _weight_grads(x: Tensor, dz: Tensor, has_bias: bool) -> tuple[Tensor, Optional[Tensor]]:
+def _weight_grads(x: Tensor, dz: Tensor, has_bias: bool) -> tuple[Tensor, Tensor | None]:
     """(dW, db) of z = x @ W.T + b for upstream dz."""
     dz2 = _flat(dz)
     return dz2.t() @ _flat(x), (dz2.sum(0) if has_bias else None)

@@ -91,7 +91,7 @@ def linear_rows(
         return out
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
-    cfg = cfg or gemm_config(LINEAR, device_arch(x2), M)
+    cfg = cfg or gemm_config(LINEAR, device_arch(x2), M, x2.element_size())
     upcast, precision = _dot_flags(x2)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w, x2 if b is None else b, out, M, N, K, x2.stride(0), w.stride(0), out.stride(0))
@@ -152,7 +152,7 @@ def gate_up_rows(
     N = w_gate.shape[0]
     if M == 0 or N == 0:
         return h
-    cfg = cfg or gemm_config(GATE_UP, device_arch(x2), M)
+    cfg = cfg or gemm_config(GATE_UP, device_arch(x2), M, x2.element_size())
     upcast, precision = _dot_flags(x2)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w_gate, w_up, h, M, N, K, x2.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0))

@@ -34,7 +34,7 @@ def gate_up_kernel(
 
     acc_g = tl.zeros((BM, BN), dtype=tl.float32)
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
+    for k in range(tl.cdiv(K, BK)):
         if EVEN_K:
             a = tl.load(x_ptrs)
             bg = tl.load(wg_ptrs)

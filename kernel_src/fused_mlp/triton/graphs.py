@@ -16,14 +16,18 @@ from collections.abc import Callable
 
 import torch
 
-CAPACITY = 32
+CAPACITY = 16
 WARM_CALLS = 2
-MAX_ROWS = 2048  # above this the GPU time exceeds the host time of direct launches
+# Graph-cache calls whose input has at most this many elements (8192 x 4096): Python-level Triton launches
+# cost ~50 us each on the H200 host, so even M=8192 forwards are host-bound without a graph. Each graph
+# keeps its intermediates (at most a few tens of MB at this bound) in its own memory pool.
+MAX_INPUT_ELEMENTS = 8192 * 4096
 ENABLED = os.environ.get("FUSED_MLP_GRAPHS", "1") != "0"
+_capturing = torch._C._cuda_isCurrentStreamCapturing
 
 
 class GraphCache:
-    """LRU of captured CUDA graphs; `run` replays, counts, or captures."""
+    """LRU of captured CUDA graphs: `replay` on a hit, else `run` counts, launches, or captures."""
 
     def __init__(self, capacity: int = CAPACITY, warm_calls: int = WARM_CALLS):
         self.capacity = capacity
@@ -34,13 +38,17 @@ class GraphCache:
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def run(self, key: tuple, launch: Callable[[], object]) -> None:
-        """Replay key's graph, or run `launch` directly (capturing it once key is warm)."""
+    def replay(self, key: tuple) -> bool:
+        """Replay key's graph; False when there is none."""
         graph = self._graphs.get(key)
-        if graph is not None:
-            self._graphs.move_to_end(key)
-            graph.replay()
-            return
+        if graph is None:
+            return False
+        self._graphs.move_to_end(key)
+        graph.replay()
+        return True
+
+    def run(self, key: tuple, launch: Callable[[], object]) -> None:
+        """Run `launch` directly, or capture it as key's graph once key is warm, then replay it."""
         seen = self._seen.get(key, 0) + 1
         if seen < self.warm_calls:
             if len(self._seen) > 16 * self.capacity:
@@ -61,12 +69,6 @@ class GraphCache:
 CACHE = GraphCache()
 
 
-def usable(x2: torch.Tensor) -> bool:
-    """Whether this call may go through a cached graph (small batch, not inside the user's capture)."""
-    return ENABLED and x2.shape[0] <= MAX_ROWS and not torch.cuda.is_current_stream_capturing()
-
-
-def tensor_key(t: torch.Tensor | None) -> tuple:
-    if t is None:
-        return ()
-    return (t.data_ptr(), t.shape, t.stride(0) if t.dim() else 0, t.dtype)
+def usable(x: torch.Tensor) -> bool:
+    """Whether this call may use a cached graph: enabled, CUDA, not too large, not inside a capture."""
+    return ENABLED and x.is_cuda and x.numel() <= MAX_INPUT_ELEMENTS and not _capturing()

@@ -31,6 +31,6 @@ def launch(
     """Run `kdef` on `grid` with runtime `args` and constexpr values `consts` (both in declared order)."""
     compiled = aot.find(kdef, args, consts, num_warps, num_stages)
     if compiled is not None:
-        compiled[grid](*args, *consts)
+        compiled[(*grid, 1, 1)[:3]](*args, *consts)  # a CompiledKernel wants all three grid dims
         return
     kdef.fn[grid](*args, **dict(zip(kdef.constexprs, consts)), num_warps=num_warps, num_stages=num_stages)

@@ -31,7 +31,7 @@ def linear_kernel(
     w_ptrs = w_ptr + rn[None, :] * stride_wn + offs_k[:, None]
 
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
+    for k in range(tl.cdiv(K, BK)):
         if EVEN_K:
             a = tl.load(x_ptrs)
             b = tl.load(w_ptrs)

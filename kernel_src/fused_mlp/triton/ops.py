@@ -40,25 +40,28 @@ def mlp(
     biases: Sequence[torch.Tensor | None] | None = None,
     activation: str = "relu",
 ) -> torch.Tensor:
-    weights = list(weights)
+    if len(weights) == 0:
+        raise ValueError("mlp needs at least one weight")
     biases = normalize_biases(weights, biases)
-    check_activation(activation)
     if _needs_op(x, *weights, *biases):
-        return custom_ops.mlp(x, weights, *custom_ops.split_biases(biases), activation)
-    x2 = forward.rows(x)
-    out = torch.empty((x2.shape[0], weights[-1].shape[0]) if weights else (0,), device=x.device, dtype=x.dtype)
-    if x.is_cuda and graphs.usable(x2):
-        key = ("mlp", activation, graphs.tensor_key(x2), out.data_ptr(),
-               *[graphs.tensor_key(w) for w in weights], *[graphs.tensor_key(b) for b in biases])  # fmt: skip
-        graphs.CACHE.run(key, lambda: _mlp_checked(x, x2, weights, biases, activation, out))
-    else:
-        _mlp_checked(x, x2, weights, biases, activation, out)
-    return out.view(*x.shape[:-1], weights[-1].shape[0])
+        return custom_ops.mlp(x, list(weights), *custom_ops.split_biases(biases), activation)
+    out = x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
+    if not graphs.usable(x):
+        _mlp_checked(x, weights, biases, activation, out)
+        return out
+    # The key names everything the captured launches read; biases are fixed by their weights' shapes.
+    key = ("mlp", activation, x.data_ptr(), x.shape, x.stride(), x.dtype, out.data_ptr(),
+           *[(w.data_ptr(), w.shape, w.stride(), w.dtype) for w in weights],
+           *[0 if b is None else b.data_ptr() for b in biases])  # fmt: skip
+    if not graphs.CACHE.replay(key):
+        graphs.CACHE.run(key, lambda: _mlp_checked(x, weights, biases, activation, out))
+    return out
 
 
-def _mlp_checked(x, x2, weights, biases, activation, out) -> None:
+def _mlp_checked(x, weights, biases, activation, out) -> None:
+    check_activation(activation)
     forward.check_mlp(x, weights, biases)
-    forward.mlp_rows(x2, weights, biases, activation, out)
+    forward.mlp_rows(forward.rows(x), weights, biases, activation, out.view(-1, out.shape[-1]))
 
 
 def gated_mlp(
@@ -68,23 +71,23 @@ def gated_mlp(
     w_down: torch.Tensor,
     activation: str = "gelu_tanh",
 ) -> torch.Tensor:
-    check_activation(activation)
     if _needs_op(x, w_gate, w_up, w_down):
         return custom_ops.gated_mlp(x, w_gate, w_up, w_down, activation)
-    x2 = forward.rows(x)
-    out = torch.empty((x2.shape[0], w_down.shape[0]), device=x.device, dtype=x.dtype)
-    if x.is_cuda and graphs.usable(x2):
-        key = ("gated_mlp", activation, graphs.tensor_key(x2), out.data_ptr(), graphs.tensor_key(w_gate),
-               graphs.tensor_key(w_up), graphs.tensor_key(w_down))  # fmt: skip
-        graphs.CACHE.run(key, lambda: _gated_checked(x, x2, w_gate, w_up, w_down, activation, out))
-    else:
-        _gated_checked(x, x2, w_gate, w_up, w_down, activation, out)
-    return out.view(*x.shape[:-1], w_down.shape[0])
+    out = x.new_empty((*x.shape[:-1], w_down.shape[0]))
+    if not graphs.usable(x):
+        _gated_checked(x, w_gate, w_up, w_down, activation, out)
+        return out
+    key = ("gated_mlp", activation, x.data_ptr(), x.shape, x.stride(), x.dtype, out.data_ptr(),
+           *[(w.data_ptr(), w.shape, w.stride(), w.dtype) for w in (w_gate, w_up, w_down)])  # fmt: skip
+    if not graphs.CACHE.replay(key):
+        graphs.CACHE.run(key, lambda: _gated_checked(x, w_gate, w_up, w_down, activation, out))
+    return out
 
 
-def _gated_checked(x, x2, w_gate, w_up, w_down, activation, out) -> None:
+def _gated_checked(x, w_gate, w_up, w_down, activation, out) -> None:
+    check_activation(activation)
     forward.check_gated(x, w_gate, w_up, w_down)
-    forward.gated_rows(x2, w_gate, w_up, w_down, activation, out)
+    forward.gated_rows(forward.rows(x), w_gate, w_up, w_down, activation, out.view(-1, out.shape[-1]))
 
 
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
