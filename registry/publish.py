@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
@@ -243,23 +243,39 @@ class HubClient:
         return f"publisher key {signing.key_id(public_b64)} registered for {namespace}"
 
 
-def head_api_problems(client: HubClient, repo_id: str, head: str, new_api: Mapping, version: int) -> list[str]:
-    """Why the dist's API is not the one already published at vN's head ([] = same everywhere)."""
-    build_entries = client.api.list_repo_tree(repo_id, path_in_repo="build", revision=head, repo_type=REPO_TYPE)
-    variants = sorted(e.path.split("/")[-1] for e in build_entries if not isinstance(e, RepoFile))
-    problems = []
+def head_apis(client: HubClient, repo_id: str, head: str) -> dict[str, dict | None]:
+    """variant -> the `api` its metadata.json records at commit `head` (None when it records none)."""
+    try:
+        entries = client.api.list_repo_tree(repo_id, path_in_repo="build", revision=head, repo_type=REPO_TYPE)
+        variants = sorted(e.path.split("/")[-1] for e in entries if not isinstance(e, RepoFile))
+    except EntryNotFoundError:  # a vN without build/: nothing anyone could load, so nothing to keep
+        return {}
+    apis: dict[str, dict | None] = {}
     with tempfile.TemporaryDirectory(prefix="kernel-hub-head-") as cache:
         for v in variants:
             path = hf_hub_download(
                 repo_id, f"build/{v}/metadata.json", revision=head, repo_type=REPO_TYPE,
                 cache_dir=cache, endpoint=client.endpoint, token=client.token,
             )
-            old_api = json.loads(Path(path).read_text()).get("api")
-            if not isinstance(old_api, dict):
-                problems.append(f"{v} at v{version} records no API, so compatibility cannot be shown")
-                continue
-            problems += [f"{v}: {d}" for d in api_differences(old_api, new_api)]
+            api = json.loads(Path(path).read_text()).get("api")
+            apis[v] = api if isinstance(api, dict) else None
+    return apis
+
+
+def compatibility_problems(published: Mapping[str, dict | None], new_api: Mapping) -> list[str]:
+    """Why the dist may not replace the variants published at vN ([] = same API, no variant lost)."""
+    problems = []
+    for v, api in sorted(published.items()):
+        if api is None:
+            problems.append(f"{v} records no API, so compatibility cannot be shown")
+        else:
+            problems += [f"{v}: {d}" for d in api_differences(api, new_api)]
     return problems
+
+
+def dropped_variants(published: Mapping[str, object], new_variants: set[str]) -> list[str]:
+    """Variants published at vN that the dist lacks (users of those would silently fall back)."""
+    return sorted(set(published) - new_variants)
 
 
 def publish(
@@ -271,6 +287,7 @@ def publish(
     token: str | None = None,
     key_path: Path | None = None,
     private: bool = False,
+    allow_dropping_variants: bool = False,
     log: Log = print,
 ) -> PublishResult:
     """Publish the built `dist` as version `version` of `repo_id` (see the module docstring)."""
@@ -289,11 +306,18 @@ def publish(
     heads = client.branch_heads(repo_id)
     head = heads.get(branch)
     if head is not None:
-        problems = head_api_problems(client, repo_id, head, new_api, version)
+        published = head_apis(client, repo_id, head)
+        problems = compatibility_problems(published, new_api)
         if problems:
             raise ApiChanged(
                 f"the public API changed ({'; '.join(problems)}): publish it as v{version + 1}, "
                 f"{branch} must keep the API it was published with"
+            )
+        dropped = dropped_variants(published, set(metas))
+        if dropped and not allow_dropping_variants:
+            raise PublishError(
+                f"{branch} has variant(s) {dropped} that {dist} lacks; users of them would lose the kernel. "
+                "Build them into the dist, or pass --allow-dropping-variants"
             )
 
     with tempfile.TemporaryDirectory(prefix="kernel-hub-publish-") as tmp:

@@ -134,7 +134,7 @@ def test_same_api_moves_vn_forward_and_changed_api_needs_a_bump(ctx, dists):
 
 def _race(ctx, dist_a: Path, dist_b: Path, monkeypatch, method: str):
     """Publish two dists to v1 at once; both observe v1 before either swaps (a barrier in front of the swap)."""
-    barrier = threading.Barrier(2, timeout=60)
+    barrier = threading.Barrier(2, timeout=180)
     real = getattr(publish.HubClient, method)
 
     def synced(self, *args, **kwargs):
@@ -284,3 +284,47 @@ def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypa
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     assert bad.returncode == 1 and "publish it as v2" in bad.stderr
+
+
+def test_api_differences_name_each_change():
+    old = {"__all__": ["a", "b", "c"], "signatures": {"a": "(x)", "b": "(x)", "c": "(x)"}}
+    new = {"__all__": ["a", "c", "d"], "signatures": {"a": "(x, y=1)", "c": "(x)", "d": "(x)"}}
+    assert publish.api_differences(old, new) == ["removed b", "added d", "a(x) -> a(x, y=1)"]
+    assert publish.api_differences(old, old) == []
+    problems = publish.compatibility_problems({"torch-cpu": old, "legacy": None}, old)
+    assert problems == ["legacy records no API, so compatibility cannot be shown"]
+
+
+def test_dist_with_disagreeing_variant_apis_is_refused():
+    a = {"__all__": ["x"], "signatures": {"x": "()"}}
+    b_ = {"__all__": ["x", "y"], "signatures": {"x": "()", "y": "()"}}
+    with pytest.raises(publish.PublishError, match="different APIs"):
+        publish.dist_api({"torch-cpu": {"api": a}, "torch-cuda": {"api": b_}})
+    assert publish.dist_api({"torch-cpu": {"api": a}, "torch-cuda": {"api": a}}) == a
+
+
+def test_dropping_a_published_variant_needs_consent(ctx, dists, tmp_path):
+    _publish(ctx, dists["base"], 1)
+    partial = tmp_path / "fused-mlp"
+    shutil.copytree(dists["same_api"], partial)
+    shutil.rmtree(partial / "build" / "torch-universal")
+    with pytest.raises(publish.PublishError, match=r"\['torch-universal'\].*--allow-dropping-variants"):
+        _publish(ctx, partial, 1)
+    result = _publish(ctx, partial, 1, allow_dropping_variants=True)
+    assert "build/torch-universal/metadata.json" not in _remote_files(ctx, result.commit)
+
+
+def test_upload_split_into_several_commits_moves_vn_once(ctx, tmp_path):
+    """300 more files: the stock client commits in parts; vN goes straight to the last, complete one."""
+    src = _changed_source(tmp_path, "big", "")
+    (src / "tables").mkdir()
+    for i in range(300):
+        (src / "tables" / f"t{i:03d}.txt").write_text(f"{i}\n")
+    dist = tmp_path / "big-dist" / "fused-mlp"
+    b.build(src, dist, MATRIX, aot=False, only=["torch-cpu"], log=QUIET)
+    result = _publish(ctx, dist, 1)
+    api = HfApi(endpoint=ctx["endpoint"], token=ctx["token"])
+    titles = [c.title for c in api.list_repo_commits(ctx["repo"], repo_type="kernel", revision=result.commit)]
+    assert any("part 2" in t for t in titles), titles
+    assert _remote_files(ctx, result.commit) == {p.relative_to(dist).as_posix() for p in dist.rglob("*")
+                                                 if p.is_file()} | {"build/torch-cpu/metadata.json.sig"}
