@@ -92,6 +92,16 @@ def read_namespace(package_dir: Path) -> str:
     raise CudaBuildError(f"{package_dir / '_build_info.py'} defines no OPS_NAMESPACE")
 
 
+def extension_env(package_dir: Path, plan: CudaPlan) -> dict[str, str]:
+    """The variables setup.py reads: sources, op namespace, torch target and arch list of this build."""
+    return {
+        "FUSED_MLP_CSRC": str(Path(package_dir) / "cuda" / "csrc"),
+        "FUSED_MLP_NS": read_namespace(Path(package_dir)),
+        "TORCH_TARGET_VERSION": torch_target_hex(plan.torch_target),
+        "TORCH_CUDA_ARCH_LIST": torch_arch_list(plan),
+    }
+
+
 def _cuda_torch_info(python: str) -> tuple[str | None, str]:
     """(torch's CUDA version or None, torch's package dir) in `python`; (None, why) when torch is missing."""
     code = "import torch, os; print(torch.version.cuda); print(os.path.dirname(torch.__file__))"
@@ -153,8 +163,9 @@ def cuda_unavailable_reason(python: str | None = None) -> str | None:
 def _run(cmd: list[str], env: dict, cwd: Path, what: str) -> None:
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
-        raise CudaBuildError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        errors = [ln for ln in lines if " error" in ln or ln.startswith("error")][:20]
+        raise CudaBuildError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(errors + lines[-25:]))
 
 
 def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: str | None) -> Path:
@@ -168,7 +179,7 @@ def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: s
     plan = cuda_plan(matrix)
     tools = find_toolchain(python, plan.cuda.split(".")[0])
     package_dir, out_dir = Path(package_dir).resolve(), Path(out_dir).resolve()
-    namespace = read_namespace(package_dir)
+    ext_env = extension_env(package_dir, plan)
     work, dist, wheelhouse = out_dir / "work", out_dir / "dist", out_dir / "wheelhouse"
     for d in (dist, wheelhouse):
         shutil.rmtree(d, ignore_errors=True)
@@ -178,10 +189,7 @@ def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: s
         **os.environ,
         "CUDA_HOME": str(tools.cuda_home),
         "PATH": os.pathsep.join([bin_dir, str(tools.cuda_home / "bin"), os.environ.get("PATH", "")]),
-        "FUSED_MLP_CSRC": str(package_dir / "cuda" / "csrc"),
-        "FUSED_MLP_NS": namespace,
-        "TORCH_TARGET_VERSION": torch_target_hex(plan.torch_target),
-        "TORCH_CUDA_ARCH_LIST": torch_arch_list(plan),
+        **ext_env,
         "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
     }
     _run([tools.python, str(HERE / "setup.py"), "-q", "bdist_wheel", "--dist-dir", str(dist)], env, work, "nvcc build")
@@ -195,7 +203,7 @@ def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: s
         target.write_bytes(zf.read(SO_IN_WHEEL))
     checks = abi_check.run_checks(target, tools.cuobjdump, tools.python, list(plan.archs), list(plan.ptx))
     record = {
-        "variant": VARIANT, "namespace": namespace, "archs": list(plan.archs), "ptx": list(plan.ptx),
+        "variant": VARIANT, "namespace": ext_env["FUSED_MLP_NS"], "archs": list(plan.archs), "ptx": list(plan.ptx),
         "torch_target": plan.torch_target, "cuda": plan.cuda, "wheel": repaired.name,
         "checks": [c.as_dict() for c in checks],
     }  # fmt: skip

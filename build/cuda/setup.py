@@ -1,39 +1,39 @@
 """setuptools recipe for the CUDA fused-MLP extension: one `_C.abi3.so` on the torch stable ABI.
 
-Driven by environment variables so the same file serves `kernel-hub build` (through
-build_variant.py) and cibuildwheel on GitHub:
-  FUSED_MLP_CSRC        folder holding the .cu sources (kernel_src/fused_mlp/cuda/csrc)
-  FUSED_MLP_NS          torch op namespace baked into the binary (fused_mlp/_build_info.py OPS_NAMESPACE)
+Serves build_variant.py (`kernel-hub build`) and cibuildwheel on GitHub. Environment variables, each
+defaulting to what build/matrix.toml and kernel_src/fused_mlp/_build_info.py say (build_variant.extension_env):
+  FUSED_MLP_CSRC        folder holding the .cu sources
+  FUSED_MLP_NS          torch op namespace baked into the binary (OPS_NAMESPACE)
   TORCH_TARGET_VERSION  lowest torch the binary runs on, as torch's 0xMMmm000000000000 constant
-  TORCH_CUDA_ARCH_LIST  the arch list (torch's syntax), from build/matrix.toml
+  TORCH_CUDA_ARCH_LIST  the arch list in torch's syntax
 The CUDA libraries (cudart, cublasLt) are linked by soname with no rpath: torch has loaded them by
 the time torch.ops.load_library opens this file.
 """
 
 import os
+import sys
+import tomllib
 from pathlib import Path
 
 import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import build_variant  # noqa: E402
 
-def required_env(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise SystemExit(f"build/cuda/setup.py: set {name} (see the module docstring); it is empty")
-    return value
-
-
-csrc = Path(required_env("FUSED_MLP_CSRC"))
-namespace = required_env("FUSED_MLP_NS")
-target = required_env("TORCH_TARGET_VERSION")
-required_env("TORCH_CUDA_ARCH_LIST")
+matrix = tomllib.loads((REPO / "build" / "matrix.toml").read_text())
+defaults = build_variant.extension_env(REPO / "kernel_src" / "fused_mlp", build_variant.cuda_plan(matrix))
+env = {key: os.environ.get(key) or value for key, value in defaults.items()}
+os.environ["TORCH_CUDA_ARCH_LIST"] = env["TORCH_CUDA_ARCH_LIST"]  # what torch's cpp_extension reads
+csrc = Path(env["FUSED_MLP_CSRC"])
 cuda_libs = Path(torch.__file__).parent.parent / "nvidia" / "cu13"
 defines = [
     "-DUSE_CUDA",
-    f"-DTORCH_TARGET_VERSION={target}",
-    f"-DFUSED_MLP_NS={namespace}",
+    f"-DTORCH_TARGET_VERSION={env['TORCH_TARGET_VERSION']}",
+    f"-DFUSED_MLP_NS={env['FUSED_MLP_NS']}",
 ]
 
 setup(
@@ -52,7 +52,7 @@ setup(
                 "cxx": ["-O3", "-std=c++17", *defines],
                 "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr", *defines],
             },
-            extra_link_args=["-Wl,--as-needed", f"-Wl,--version-script={Path(__file__).parent / 'exports.map'}"],
+            extra_link_args=["-Wl,--as-needed", f"-Wl,--version-script={HERE / 'exports.map'}"],
             py_limited_api=True,
         )
     ],

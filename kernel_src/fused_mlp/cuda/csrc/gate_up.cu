@@ -7,6 +7,8 @@
 
 #include <mma.h>
 
+#include <cstdlib>
+
 namespace fused_mlp {
 namespace {
 
@@ -213,19 +215,28 @@ void launch_wmma(const T* x, const T* wg, const T* wu, T* h, long long m, long l
                  cudaStream_t stream) {
   constexpr int bytes = smem_bytes<BM>();
   auto kernel = gate_up_wmma_kernel<T, BM, kVec>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   STD_TORCH_CHECK(attr == cudaSuccess, "fused_mlp.gated_mlp: cannot reserve ", bytes,
                   " bytes of shared memory: ", cudaGetErrorString(attr));
   const dim3 grid(ceil_div(n, kBN), ceil_div(m, BM));
   kernel<<<grid, kThreads, bytes, stream>>>(x, wg, wu, h, m, n, k, act);
 }
 
+// 64-row tiles (128 registers, two blocks per SM) up to this many rows, 128-row tiles (232 registers,
+// one block per SM, more reuse) above. FUSED_MLP_GATE_UP_ROWS64 overrides it, for tuning on new GPUs.
+long long rows_limit_for_64_row_tiles() {
+  static const long long limit = [] {
+    const char* env = std::getenv("FUSED_MLP_GATE_UP_ROWS64");
+    return env ? std::atoll(env) : 2048ll;
+  }();
+  return limit;
+}
+
 template <typename T>
 void launch_wmma_tiles(const T* x, const T* wg, const T* wu, T* h, long long m, long long n, long long k, Act act,
                        cudaStream_t stream) {
   const bool vec = k % 8 == 0 && aligned16(x) && aligned16(wg) && aligned16(wu) && aligned16(h);
-  // Small M: 64-row tiles give twice the blocks, so the GPU fills up.
-  const bool small = m <= 2048;
+  const bool small = m <= rows_limit_for_64_row_tiles();
   if (vec && small) launch_wmma<T, 64, true>(x, wg, wu, h, m, n, k, act, stream);
   else if (vec) launch_wmma<T, 128, true>(x, wg, wu, h, m, n, k, act, stream);
   else if (small) launch_wmma<T, 64, false>(x, wg, wu, h, m, n, k, act, stream);

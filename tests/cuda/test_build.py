@@ -1,0 +1,89 @@
+"""The CUDA variant built the way `kernel-hub build` builds it, on this CPU machine: nvcc 13 for every
+matrix arch against CUDA torch headers, abi3 wheel repaired to manylinux_2_28, ABI and arch checks;
+then the .so loads into the CUDA torch, under the namespace baked in from _build_info.py, and a call
+says it needs a CUDA device. ~1.5 min of compile on 2 cores (longer on a busy machine)."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "build" / "cuda"))
+import build_variant  # noqa: E402
+
+NAMESPACE = "fused_mlp_cibuild0"
+WHY = build_variant.cuda_unavailable_reason(os.environ.get("KERNEL_HUB_CUDA_PYTHON"))
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"{WHY} (`make test` provides both)")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(staged package, returned .so path, out dir) of one full build under NAMESPACE."""
+    root = tmp_path_factory.mktemp("cuda-variant")
+    package = build_variant.stage_dev_package(REPO / "kernel_src" / "fused_mlp", root / "stage")
+    info = package / "_build_info.py"
+    info.write_text(info.read_text().replace('OPS_NAMESPACE = "fused_mlp_dev"', f'OPS_NAMESPACE = "{NAMESPACE}"'))
+    matrix = tomllib.loads((REPO / "build" / "matrix.toml").read_text())
+    so = build_variant.build_cuda_variant(package, root / "out", matrix, os.environ.get("KERNEL_HUB_CUDA_PYTHON"))
+    return package, so, root / "out"
+
+
+def test_extension_is_placed_with_passing_checks(built):
+    package, so, _ = built
+    assert so == package / "cuda" / "_C.abi3.so" and so.stat().st_size > 0
+    record = json.loads((package / "cuda" / "build.json").read_text())
+    assert record["namespace"] == NAMESPACE and record["torch_target"] == "2.11"
+    assert record["archs"] == ["sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"] and record["ptx"] == ["sm_120"]
+    names = {c["name"].split()[0] for c in record["checks"]}
+    assert {"symbol", "no", "dependencies:", "kernel-abi-check", "archs"} <= names
+    assert all(c["ok"] for c in record["checks"]), record["checks"]
+
+
+def test_wheel_is_abi3_manylinux_2_28_without_bundled_libraries(built):
+    _, so, out = built
+    (wheel,) = (out / "wheelhouse").glob("*.whl")
+    assert "-cp310-abi3-" in wheel.name and "manylinux_2_28_x86_64" in wheel.name, wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        libs = [n for n in zf.namelist() if ".libs/" in n]
+        assert zf.read(build_variant.SO_IN_WHEEL) == so.read_bytes()
+    assert libs == [], f"auditwheel grafted libraries that torch provides: {libs}"
+
+
+def test_loads_into_cuda_torch_without_gpu_and_refuses_cpu_tensors(built):
+    package, _, _ = built
+    python = build_variant.find_toolchain(os.environ.get("KERNEL_HUB_CUDA_PYTHON")).python
+    code = f"""
+import torch
+from fused_mlp import cuda
+from fused_mlp.cuda import _library, ops
+ok, why = cuda.available()
+assert not ok and "CUDA device" in why, why
+ns = _library.load()
+assert ns is torch.ops.{NAMESPACE}
+for name in ("cuda_linear", "cuda_mlp", "cuda_gated_mlp", "cuda_act_and_mul", "cuda_mlp_backward"):
+    assert getattr(ns, name).default._schema.name == "{NAMESPACE}::" + name
+try:
+    ops.mlp(torch.randn(4, 8), [torch.randn(8, 8)])
+except RuntimeError as exc:
+    assert "needs a CUDA device" in str(exc), exc
+else:
+    raise AssertionError("a CPU call succeeded")
+print("loaded", torch.__version__)
+"""
+    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr[-3000:]
+
+
+
+def test_cibuildwheel_repair_check_passes_on_the_wheel(built):
+    import check_wheel
+
+    _, _, out = built
+    assert check_wheel.main([str(out / "wheelhouse")]) == 0
