@@ -22,11 +22,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+import tomllib
 
 from . import digest
 
@@ -104,7 +105,9 @@ def plan_variants(matrix: Mapping) -> list[VariantPlan]:
                 ptx=tuple(spec.get("ptx", ())),
                 triton=tuple(spec.get("triton", ())),
                 torch_target=spec.get("torch_target"),
-                options={k: v for k, v in spec.items() if k not in ("kind", "backend", "archs", "ptx", "triton")},
+                options={
+                    k: v for k, v in spec.items() if k not in ("kind", "backend", "archs", "ptx", "triton")
+                },
             )
         )
     plans += [VariantPlan(name=n, kind="reference", backend="cpu") for n in NOARCH_CPU_VARIANTS]
@@ -150,9 +153,11 @@ def rewrite_build_info(text: str, ops_namespace: str, build_id: str) -> str:
     """`_build_info.py` with OPS_NAMESPACE and BUILD_ID replaced, everything else (docstring) kept."""
     out = text
     for name, value in (("OPS_NAMESPACE", ops_namespace), ("BUILD_ID", build_id)):
-        out, n = re.subn(rf"^{name}\s*=.*$", f"{name} = {value!r}", out, count=1, flags=re.M)
+        out, n = re.subn(rf"^{name}\s*=.*$", f"{name} = {value!r}", out, count=1, flags=re.MULTILINE)
         if n != 1:
-            raise BuildError(f"_build_info.py has no line `{name} = ...`; the builder rewrites it per variant")
+            raise BuildError(
+                f"_build_info.py has no line `{name} = ...`; the builder rewrites it per variant"
+            )
     return out
 
 
@@ -268,7 +273,10 @@ def git_state(path: Path) -> tuple[str | None, bool]:
 def installed_triton_version(python: str) -> str | None:
     """`triton.__version__` in the interpreter that will compile, or None when it has no triton."""
     proc = subprocess.run(
-        [python, "-c", "import triton; print(triton.__version__)"], capture_output=True, text=True
+        [python, "-c", "import triton; print(triton.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return proc.stdout.strip() if proc.returncode == 0 else None
 
@@ -290,6 +298,7 @@ def _run_python(python: str, code: str, cwd: Path, what: str, env: Mapping[str, 
     try:
         proc = subprocess.run(
             [python, "-c", code],
+            check=False,
             cwd=cwd,
             env=dict(env),
             capture_output=True,
@@ -354,11 +363,16 @@ def compile_cubins(
     """
     out_dir = variant_dir / package / "triton" / "cubins"
     for arch in archs:
-        code = _AOT_SCRIPT.format(pkg=package, out=str(out_dir), arch=arch, triton=triton_version,
-                                  kwargs=dict(aot_kwargs or {}))
-        n = json.loads(_run_python(python, code, variant_dir, f"AOT compile for {arch}", env).strip().splitlines()[-1])
+        code = _AOT_SCRIPT.format(
+            pkg=package, out=str(out_dir), arch=arch, triton=triton_version, kwargs=dict(aot_kwargs or {})
+        )
+        n = json.loads(
+            _run_python(python, code, variant_dir, f"AOT compile for {arch}", env).strip().splitlines()[-1]
+        )
         if not n:
-            raise BuildError(f"aot.compile_all wrote no cubins for {arch}: the kernel package ships no AOT specs")
+            raise BuildError(
+                f"aot.compile_all wrote no cubins for {arch}: the kernel package ships no AOT specs"
+            )
         log(f"  {arch}: {n} files")
     return sorted(p.relative_to(variant_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
 
@@ -382,7 +396,9 @@ def selected_archs(plan: VariantPlan, wanted: tuple[str, ...] | None) -> list[st
         return list(plan.archs)
     unknown = [a for a in wanted if a not in plan.archs]
     if unknown:
-        raise BuildError(f"arch(s) {unknown} are not in build/matrix.toml for {plan.name}: {list(plan.archs)}")
+        raise BuildError(
+            f"arch(s) {unknown} are not in build/matrix.toml for {plan.name}: {list(plan.archs)}"
+        )
     return [a for a in plan.archs if a in wanted]
 
 
@@ -402,7 +418,9 @@ def build(
     opts = options or BuildOptions(**option_values)
     source, out = Path(source).resolve(), Path(out).resolve()
     if not (source / "__init__.py").is_file():
-        raise BuildError(f"{source} is not a Python package (no __init__.py): pass --source kernel_src/fused_mlp")
+        raise BuildError(
+            f"{source} is not a Python package (no __init__.py): pass --source kernel_src/fused_mlp"
+        )
     matrix = load_matrix(matrix_path)
     kernel = matrix.get("kernel", {"name": source.name.replace("_", "-")})
     package = python_name(kernel["name"])
@@ -421,8 +439,16 @@ def build(
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
         with tempfile.TemporaryDirectory(prefix="kernel-hub-triton-cache-") as cache:
-            ctx = _Context(source, kernel, package, provenance(*git_state(source)), opts, build_env(Path(cache)),
-                           matrix, Path(matrix_path))
+            ctx = _Context(
+                source,
+                kernel,
+                package,
+                provenance(*git_state(source)),
+                opts,
+                build_env(Path(cache)),
+                matrix,
+                Path(matrix_path),
+            )
             results = [_build_variant(plan, staging / "build" / plan.name, ctx) for plan in plans]
         if out.exists():
             shutil.rmtree(out)
@@ -475,7 +501,9 @@ def _build_variant(plan: VariantPlan, vdir: Path, ctx: _Context) -> VariantResul
         params["aot"] = {"triton": installed, "archs": aot_archs, **dict(opts.aot_kwargs)} if do_aot else None
 
     copy_package(ctx.source, vdir / ctx.package, include_cuda=plan.kind == "cuda")
-    chash = content_hash(plan.name, {**digest.hash_variant(vdir), "<params>": json.dumps(params, sort_keys=True)})
+    chash = content_hash(
+        plan.name, {**digest.hash_variant(vdir), "<params>": json.dumps(params, sort_keys=True)}
+    )
     ident, ops_ns = build_identity(ctx.kernel["name"], plan.name, chash)
     info = vdir / ctx.package / "_build_info.py"
     info.write_text(rewrite_build_info(info.read_text(), ops_ns, ident))
@@ -487,15 +515,25 @@ def _build_variant(plan: VariantPlan, vdir: Path, ctx: _Context) -> VariantResul
         notes += build_cuda(recipe, vdir, ctx.package, ctx.matrix, ctx.matrix_path.parent / "_work" / "cuda")
         sass_archs = list(plan.archs)
     if aot_archs:
-        cubins = compile_cubins(vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, log, opts.aot_kwargs)
+        cubins = compile_cubins(
+            vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, log, opts.aot_kwargs
+        )
         sass_archs, triton_versions = aot_archs, [installed]
         notes.append(f"{len(cubins)} AOT files (cubin + json) for triton {installed}")
     if ctx.api is None:
         ctx.api = read_api(vdir, ctx.package, opts.python, ctx.env)
     files = digest.hash_variant(vdir)
     meta = make_metadata(
-        plan=plan, kernel=ctx.kernel, ident=ident, files=files, api=ctx.api, sass_archs=sass_archs,
-        triton_versions=triton_versions, notes=notes, provenance=ctx.provenance, version=opts.version,
+        plan=plan,
+        kernel=ctx.kernel,
+        ident=ident,
+        files=files,
+        api=ctx.api,
+        sass_archs=sass_archs,
+        triton_versions=triton_versions,
+        notes=notes,
+        provenance=ctx.provenance,
+        version=opts.version,
     )
     (vdir / "metadata.json").write_bytes(metadata_bytes(meta))
     log(f"[{plan.name}] built {ident}: {len(files)} files")
@@ -522,8 +560,9 @@ def build_cuda(recipe: ModuleType, vdir: Path, package: str, matrix: Mapping, sc
         raise BuildError(f"CUDA extension build failed: {e}") from None
     record = json.loads((Path(so).parent / "build.json").read_text())
     checks = record.get("checks", [])
-    return [
+    note = (
         f"CUDA extension {Path(so).name} for {', '.join(record.get('archs', []))} "
         f"(PTX: {', '.join(record.get('ptx', [])) or 'none'}); "
         f"{sum(c['ok'] for c in checks)}/{len(checks)} ABI/arch checks passed"
-    ]
+    )
+    return [note]

@@ -90,7 +90,9 @@ def dist_api(metas: Mapping[str, Mapping]) -> dict:
     """The one public API all variants of a dist share (a dist whose variants disagree is refused)."""
     apis = {json.dumps(m.get("api"), sort_keys=True): v for v, m in metas.items()}
     if len(apis) != 1:
-        raise PublishError(f"variants of this dist record different APIs ({sorted(apis.values())}): rebuild it")
+        raise PublishError(
+            f"variants of this dist record different APIs ({sorted(apis.values())}): rebuild it"
+        )
     api = next(iter(metas.values())).get("api")
     if not isinstance(api, dict) or "__all__" not in api:
         raise PublishError("the dist's metadata.json has no `api` record: rebuild it with `kernel-hub build`")
@@ -135,7 +137,11 @@ def tree_problems(expected: Mapping[str, FileId], remote: Mapping[str, RepoFile]
     remote = {p: e for p, e in remote.items() if p not in _UNTRACKED_REMOTE}
     problems = [f"missing {p}" for p in sorted(expected.keys() - remote.keys())]
     problems += [f"unexpected {p}" for p in sorted(remote.keys() - expected.keys())]
-    problems += [f"different {p}" for p in sorted(expected.keys() & remote.keys()) if not expected[p].matches(remote[p])]
+    problems += [
+        f"different {p}"
+        for p in sorted(expected.keys() & remote.keys())
+        if not expected[p].matches(remote[p])
+    ]
     return problems
 
 
@@ -147,7 +153,9 @@ def read_dist(dist: Path) -> dict[str, dict]:
     build_dir = Path(dist) / "build"
     variants = sorted(p for p in build_dir.glob("*/metadata.json")) if build_dir.is_dir() else []
     if not variants:
-        raise PublishError(f"{dist} has no build/<variant>/metadata.json: run `kernel-hub build --out {dist}` first")
+        raise PublishError(
+            f"{dist} has no build/<variant>/metadata.json: run `kernel-hub build --out {dist}` first"
+        )
     metas = {}
     for meta_path in variants:
         name = meta_path.parent.name
@@ -216,7 +224,9 @@ class HubClient:
 
         Raises VersionMoved when the server reports the ref is no longer at `old`.
         """
-        r = self._post(f"/api/kernels/{repo_id}/ref-update", {"ref": f"refs/heads/{branch}", "old": old, "new": new})
+        r = self._post(
+            f"/api/kernels/{repo_id}/ref-update", {"ref": f"refs/heads/{branch}", "old": old, "new": new}
+        )
         if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
             return None
         if r.status_code == 412:
@@ -254,8 +264,13 @@ def head_apis(client: HubClient, repo_id: str, head: str) -> dict[str, dict | No
     with tempfile.TemporaryDirectory(prefix="kernel-hub-head-") as cache:
         for v in variants:
             path = hf_hub_download(
-                repo_id, f"build/{v}/metadata.json", revision=head, repo_type=REPO_TYPE,
-                cache_dir=cache, endpoint=client.endpoint, token=client.token,
+                repo_id,
+                f"build/{v}/metadata.json",
+                revision=head,
+                repo_type=REPO_TYPE,
+                cache_dir=cache,
+                endpoint=client.endpoint,
+                token=client.token,
             )
             api = json.loads(Path(path).read_text()).get("api")
             apis[v] = api if isinstance(api, dict) else None
@@ -344,8 +359,12 @@ def _upload_and_swap(
     client.api.create_branch(repo_id, branch=temp, revision=head, repo_type=REPO_TYPE)
     try:
         client.api.upload_folder(
-            repo_id=repo_id, folder_path=stage, repo_type=REPO_TYPE, revision=temp,
-            delete_patterns="*", commit_message=f"Publish {branch}",
+            repo_id=repo_id,
+            folder_path=stage,
+            repo_type=REPO_TYPE,
+            revision=temp,
+            delete_patterns="*",
+            commit_message=f"Publish {branch}",
         )
         final = client.branch_heads(repo_id).get(temp)
         if final is None:
@@ -360,7 +379,9 @@ def _upload_and_swap(
             return head
         swapped = client.ref_update(repo_id, branch, head, final)
         if swapped is None:
-            log(f"{client.endpoint} has no ref-update extension: moving {branch} with the Hub API's own checks")
+            log(
+                f"{client.endpoint} has no ref-update extension: moving {branch} with the Hub API's own checks"
+            )
             return _swap_with_hub_api(client, repo_id, branch, head, final, stage, expected)
         return final
     finally:
@@ -396,13 +417,20 @@ def _swap_with_hub_api(
         for p in sorted(expected)
         if p not in current or not expected[p].matches(current[p])
     ]
-    ops += [CommitOperationDelete(path_in_repo=p) for p in sorted(current.keys() - expected.keys() - _UNTRACKED_REMOTE)]
+    ops += [
+        CommitOperationDelete(path_in_repo=p)
+        for p in sorted(current.keys() - expected.keys() - _UNTRACKED_REMOTE)
+    ]
     if not ops:
         return head
     try:
         info = client.api.create_commit(
-            repo_id, ops, commit_message=f"Publish {branch}", repo_type=REPO_TYPE,
-            revision=branch, parent_commit=head,
+            repo_id,
+            ops,
+            commit_message=f"Publish {branch}",
+            repo_type=REPO_TYPE,
+            revision=branch,
+            parent_commit=head,
         )
     except HfHubHTTPError as e:
         if e.response is not None and e.response.status_code == 412:

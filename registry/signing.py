@@ -32,7 +32,7 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     data = Path(path).read_bytes()
     key = serialization.load_pem_private_key(data, password=None)
     if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"{path} holds a {type(key).__name__}, not an ed25519 private key")
+        raise TypeError(f"{path} holds a {type(key).__name__}, not an ed25519 private key")
     return key
 
 

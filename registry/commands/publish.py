@@ -19,10 +19,16 @@ def register(subparsers) -> None:
     p.add_argument("--version", type=int, required=True, help="N: publishes branch vN")
     p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
     p.add_argument("--token", help="write token (default: $HF_TOKEN or the saved token)")
-    p.add_argument("--key", type=Path,
-                   help="ed25519 publisher key (default: $KERNEL_HUB_KEY or ~/.config/kernel-hub/keys/<ns>.pem)")
-    p.add_argument("--allow-dropping-variants", action="store_true",
-                   help="let vN lose variants its current head has (default: refused)")
+    p.add_argument(
+        "--key",
+        type=Path,
+        help="ed25519 publisher key (default: $KERNEL_HUB_KEY or ~/.config/kernel-hub/keys/<ns>.pem)",
+    )
+    p.add_argument(
+        "--allow-dropping-variants",
+        action="store_true",
+        help="let vN lose variants its current head has (default: refused)",
+    )
     p.add_argument("--private", action="store_true", help="create the repo as private if it does not exist")
     p.set_defaults(func=run)
 
@@ -34,8 +40,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         publish(
-            args.repo, args.dist, args.version, endpoint=args.endpoint, token=args.token,
-            key_path=args.key, private=args.private, allow_dropping_variants=args.allow_dropping_variants,
+            args.repo,
+            args.dist,
+            args.version,
+            endpoint=args.endpoint,
+            token=args.token,
+            key_path=args.key,
+            private=args.private,
+            allow_dropping_variants=args.allow_dropping_variants,
         )
     except (PublishError, HfHubHTTPError) as e:
         print(f"kernel-hub publish: {e}", file=sys.stderr)

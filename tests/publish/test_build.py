@@ -32,8 +32,13 @@ def test_plan_refuses_unknown_kind():
 
 @pytest.mark.parametrize(
     ("arch", "ptx", "expected"),
-    [("sm_80", False, "8.0"), ("sm_90a", False, "9.0a"), ("sm_100a", False, "10.0a"),
-     ("sm_120", True, "12.0+PTX"), ("sm_89", False, "8.9")],
+    [
+        ("sm_80", False, "8.0"),
+        ("sm_90a", False, "9.0a"),
+        ("sm_100a", False, "10.0a"),
+        ("sm_120", True, "12.0+PTX"),
+        ("sm_89", False, "8.9"),
+    ],
 )
 def test_kernels_arch_notation(arch, ptx, expected):
     assert b.kernels_arch(arch, ptx) == expected
@@ -47,7 +52,10 @@ def test_kernels_arch_rejects_garbage():
 def test_rewrite_build_info_keeps_docstring():
     text = '"""doc"""\n\nOPS_NAMESPACE = "fused_mlp_dev"\nBUILD_ID = "dev"\n'
     out = b.rewrite_build_info(text, "fused_mlp_1234abcd", "_fused_mlp_torch_cpu_1234abcd")
-    assert out == '"""doc"""\n\nOPS_NAMESPACE = \'fused_mlp_1234abcd\'\nBUILD_ID = \'_fused_mlp_torch_cpu_1234abcd\'\n'
+    assert (
+        out
+        == '"""doc"""\n\nOPS_NAMESPACE = \'fused_mlp_1234abcd\'\nBUILD_ID = \'_fused_mlp_torch_cpu_1234abcd\'\n'
+    )
     with pytest.raises(b.BuildError, match="BUILD_ID"):
         b.rewrite_build_info('OPS_NAMESPACE = "x"\n', "a", "b")
 
@@ -79,8 +87,14 @@ def source(tmp_path_factory):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, source):
     out = tmp_path_factory.mktemp("dist") / "fused-mlp"
-    result = b.build(source, out, MATRIX, aot=False, only=["torch-cuda", "torch-cpu", "torch-universal"],
-                     log=lambda _: None)
+    result = b.build(
+        source,
+        out,
+        MATRIX,
+        aot=False,
+        only=["torch-cuda", "torch-cpu", "torch-universal"],
+        log=lambda _: None,
+    )
     return result
 
 
@@ -108,7 +122,9 @@ def test_layout_and_metadata_accepted_by_kernels(built):
     cuda = json.loads((built.out / "build" / "torch-cuda" / "metadata.json").read_text())
     assert cuda["backend"] == {"type": "cuda", "archs": ["8.0+PTX"]}
     assert cuda["triton"] == [] and "disabled" in cuda["build"]["notes"][0]
-    assert json.loads((built.out / "build" / "torch-cpu" / "metadata.json").read_text())["backend"] == {"type": "cpu"}
+    assert json.loads((built.out / "build" / "torch-cpu" / "metadata.json").read_text())["backend"] == {
+        "type": "cpu"
+    }
 
 
 def test_build_is_reproducible_and_content_addressed(built, source, tmp_path):
@@ -123,19 +139,28 @@ def test_build_is_reproducible_and_content_addressed(built, source, tmp_path):
     changed = b.build(src, tmp_path / "changed", MATRIX, aot=False, only=["torch-cpu"], log=lambda _: None)
     meta = json.loads((changed.out / "build" / "torch-cpu" / "metadata.json").read_text())
     assert meta["id"] != json.loads(first)["id"]
-    assert meta["digest"]["files"]["fused_mlp/reference.py"] != json.loads(first)["digest"]["files"]["fused_mlp/reference.py"]
+    assert (
+        meta["digest"]["files"]["fused_mlp/reference.py"]
+        != json.loads(first)["digest"]["files"]["fused_mlp/reference.py"]
+    )
     assert "kernel-builder" in meta["provenance"]
 
 
 def test_stock_kernels_imports_the_cpu_variant(built, monkeypatch):
     import kernels
 
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the CPU variant's reference path, not the interpreter
+    monkeypatch.delenv(
+        "TRITON_INTERPRET", raising=False
+    )  # the CPU variant's reference path, not the interpreter
     import torch
 
     mod = kernels.get_local_kernel(built.out, backend="cpu", trust_remote_code=True)
     assert mod.__name__.startswith("_fused_mlp_torch_cpu_")
-    x, w, bias = torch.randn(3, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    x, w, bias = (
+        torch.randn(3, 7, dtype=torch.float64),
+        torch.randn(5, 7, dtype=torch.float64),
+        torch.randn(5, dtype=torch.float64),
+    )
     out = mod.linear(x, w, bias, activation="relu")
     ref = torch.relu(x @ w.T + bias)
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 1e-12
@@ -161,23 +186,33 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
 
     import triton
 
-    narrow = {"aot_archs": ("sm_90a",), "aot_kwargs": {"dtypes": ("fp16",), "kernels": ("act_and_mul_kernel",)}}
+    narrow = {
+        "aot_archs": ("sm_90a",),
+        "aot_kwargs": {"dtypes": ("fp16",), "kernels": ("act_and_mul_kernel",)},
+    }
     metas = []
     for name in ("one", "two"):
-        result = b.build(source, tmp_path / name / "fused-mlp", MATRIX, only=["torch-cuda"], log=lambda _: None,
-                         **narrow)
+        result = b.build(
+            source, tmp_path / name / "fused-mlp", MATRIX, only=["torch-cuda"], log=lambda _: None, **narrow
+        )
         vdir = result.out / "build" / "torch-cuda"
         metas.append((vdir / "metadata.json").read_bytes())
     meta = json.loads(metas[0])
     assert metas[0] == metas[1], "two builds of the same source differ"
-    assert meta["triton"] == [triton.__version__] and triton.__version__ in b.load_matrix(MATRIX)["variants"]["torch-cuda"]["triton"]
+    assert (
+        meta["triton"] == [triton.__version__]
+        and triton.__version__ in b.load_matrix(MATRIX)["variants"]["torch-cuda"]["triton"]
+    )
     assert meta["archs"] == [{"arch": "sm_90a", "sass": True, "ptx": False}]
     assert meta["backend"]["archs"] == ["9.0a", "8.0+PTX"]
     cubins = sorted(vdir.glob(f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/*.cubin"))
-    assert cubins and all(f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/{c.name}" in meta["digest"]["files"]
-                          for c in cubins)
+    assert cubins and all(
+        f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/{c.name}" in meta["digest"]["files"]
+        for c in cubins
+    )
     for cubin in cubins:
         assert cubin.with_suffix(".json").is_file()
-        listing = subprocess.run([str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True,
-                                 check=True).stdout
+        listing = subprocess.run(
+            [str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True, check=True
+        ).stdout
         assert ".sm_90a.cubin" in listing, listing

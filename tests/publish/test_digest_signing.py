@@ -73,7 +73,7 @@ def test_sign_and_verify_round_trip():
     pub = signing.public_key_b64(key)
     data = json.dumps({"id": "x", "digest": {"files": {"a": "b"}}}).encode()
     sig = signing.sign_metadata(data, key)
-    kid, sig_b64 = sig.splitlines()
+    kid, _signature = sig.splitlines()
     assert kid == signing.key_id(pub) and len(kid) == 16 and sig.endswith("\n")
     other = signing.public_key_b64(signing.generate_key())
     assert signing.verify_metadata(data, sig, [other, pub]) == kid

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernel_src" / "fused_mlp"
 MATRIX = ROOT / "build" / "matrix.toml"
 VARIANTS = ["torch-cuda", "torch-cpu", "torch-universal"]
-QUIET = lambda _msg: None  # noqa: E731
+QUIET = lambda _msg: None
 
 
 def _build(source: Path, out: Path) -> Path:
@@ -47,7 +47,9 @@ def dists(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dists")
     return {
         "base": _build(_changed_source(tmp, "b", ""), tmp / "base" / "fused-mlp"),
-        "same_api": _build(_changed_source(tmp, "s", "\n# same API, other bytes\n"), tmp / "same" / "fused-mlp"),
+        "same_api": _build(
+            _changed_source(tmp, "s", "\n# same API, other bytes\n"), tmp / "same" / "fused-mlp"
+        ),
         "new_api": _build(
             _changed_source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"),
             tmp / "new" / "fused-mlp",
@@ -69,8 +71,16 @@ def ctx(hub, tmp_path):
 
 
 def _publish(ctx, dist, version, **kw):
-    return publish.publish(ctx["repo"], dist, version, endpoint=ctx["endpoint"], token=ctx["token"],
-                           key_path=ctx["key_path"], log=QUIET, **kw)
+    return publish.publish(
+        ctx["repo"],
+        dist,
+        version,
+        endpoint=ctx["endpoint"],
+        token=ctx["token"],
+        key_path=ctx["key_path"],
+        log=QUIET,
+        **kw,
+    )
 
 
 def _branches(ctx) -> dict[str, str]:
@@ -100,10 +110,22 @@ def test_publish_creates_signed_complete_version(ctx, dists, tmp_path):
     public = [k["public_key"] for k in keys]
     assert result.key_id in [k["id"] for k in keys]
     for v in VARIANTS:
-        meta_path = hf_hub_download(ctx["repo"], f"build/{v}/metadata.json", revision="v1", repo_type="kernel",
-                                    endpoint=ctx["endpoint"], cache_dir=tmp_path / "c")
-        sig_path = hf_hub_download(ctx["repo"], f"build/{v}/metadata.json.sig", revision="v1", repo_type="kernel",
-                                   endpoint=ctx["endpoint"], cache_dir=tmp_path / "c")
+        meta_path = hf_hub_download(
+            ctx["repo"],
+            f"build/{v}/metadata.json",
+            revision="v1",
+            repo_type="kernel",
+            endpoint=ctx["endpoint"],
+            cache_dir=tmp_path / "c",
+        )
+        sig_path = hf_hub_download(
+            ctx["repo"],
+            f"build/{v}/metadata.json.sig",
+            revision="v1",
+            repo_type="kernel",
+            endpoint=ctx["endpoint"],
+            cache_dir=tmp_path / "c",
+        )
         data = Path(meta_path).read_bytes()
         assert signing.verify_metadata(data, Path(sig_path).read_text(), public) == result.key_id
         meta = json.loads(data)
@@ -194,24 +216,30 @@ def plain_hub(tmp_path_factory):
     from conftest import free_port  # tests/conftest.py (pytest puts tests/ on sys.path)
 
     data = tmp_path_factory.mktemp("plain-hub") / "data"
-    port = free_port()
-    log = open(data.parent / "log", "wb")
-    proc = subprocess.Popen([sys.executable, "-c", _PLAIN_SERVER, str(data), str(port)], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/api/agent-harnesses", timeout=1).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"plain hub did not start: {(data.parent / 'log').read_text()[-2000:]}")
-            time.sleep(0.1)
-    yield {"url": url, "data": data}
-    proc.terminate()
-    proc.wait(10)
+    port, url = free_port(), ""
+    with open(data.parent / "log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _PLAIN_SERVER, str(data), str(port)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/api/agent-harnesses", timeout=1).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    raise RuntimeError(
+                        f"plain hub did not start: {(data.parent / 'log').read_text()[-2000:]}"
+                    )
+                time.sleep(0.1)
+        yield {"url": url, "data": data}
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture
@@ -222,14 +250,26 @@ def plain_ctx(plain_hub, tmp_path):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["token", "create", "--user", user, "--data", str(plain_hub["data"])]) == 0
-    return {"repo": f"{user}/fused-mlp", "ns": user, "endpoint": plain_hub["url"], "token": out.getvalue().strip(),
-            "key_path": tmp_path / "keys" / f"{user}.pem"}
+    return {
+        "repo": f"{user}/fused-mlp",
+        "ns": user,
+        "endpoint": plain_hub["url"],
+        "token": out.getvalue().strip(),
+        "key_path": tmp_path / "keys" / f"{user}.pem",
+    }
 
 
 def test_plain_hub_api_server_publish_and_move_forward(plain_ctx, dists):
     logs: list[str] = []
-    first = publish.publish(plain_ctx["repo"], dists["base"], 1, endpoint=plain_ctx["endpoint"],
-                            token=plain_ctx["token"], key_path=plain_ctx["key_path"], log=logs.append)
+    first = publish.publish(
+        plain_ctx["repo"],
+        dists["base"],
+        1,
+        endpoint=plain_ctx["endpoint"],
+        token=plain_ctx["token"],
+        key_path=plain_ctx["key_path"],
+        log=logs.append,
+    )
     assert any("no key registry" in m for m in logs) and any("no ref-update" in m for m in logs)
     assert _branches(plain_ctx)["v1"] == first.commit
     assert _remote_files(plain_ctx, first.commit) == _expected_files(dists["base"])
@@ -243,7 +283,9 @@ def test_plain_hub_api_server_races_are_refused(plain_ctx, dists, monkeypatch, t
     # vN new: create_branch refuses the second one (409); vN existing: parent_commit refuses it (412).
     _race(plain_ctx, dists["base"], dists["same_api"], monkeypatch, "ref_update")
     third = _build(_changed_source(tmp_path, "third", "\n# third body\n"), tmp_path / "third" / "fused-mlp")
-    fourth = _build(_changed_source(tmp_path, "fourth", "\n# fourth body\n"), tmp_path / "fourth" / "fused-mlp")
+    fourth = _build(
+        _changed_source(tmp_path, "fourth", "\n# fourth body\n"), tmp_path / "fourth" / "fused-mlp"
+    )
     _race(plain_ctx, third, fourth, monkeypatch, "ref_update")
 
 
@@ -259,9 +301,27 @@ def test_tampered_dist_is_refused_before_upload(dists, tmp_path):
 def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypatch):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "registry.cli", "publish", ctx["repo"], str(dists["base"]), "--version", "1",
-         "--endpoint", ctx["endpoint"], "--token", ctx["token"], "--key", str(ctx["key_path"])],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "registry.cli",
+            "publish",
+            ctx["repo"],
+            str(dists["base"]),
+            "--version",
+            "1",
+            "--endpoint",
+            ctx["endpoint"],
+            "--token",
+            ctx["token"],
+            "--key",
+            str(ctx["key_path"]),
+        ],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
     assert f"{ctx['repo']} v1 -> " in proc.stdout
@@ -279,9 +339,27 @@ def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypa
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 1e-12
 
     bad = subprocess.run(
-        [sys.executable, "-m", "registry.cli", "publish", ctx["repo"], str(dists["new_api"]), "--version", "1",
-         "--endpoint", ctx["endpoint"], "--token", ctx["token"], "--key", str(ctx["key_path"])],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "registry.cli",
+            "publish",
+            ctx["repo"],
+            str(dists["new_api"]),
+            "--version",
+            "1",
+            "--endpoint",
+            ctx["endpoint"],
+            "--token",
+            ctx["token"],
+            "--key",
+            str(ctx["key_path"]),
+        ],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert bad.returncode == 1 and "publish it as v2" in bad.stderr
 
@@ -326,5 +404,6 @@ def test_upload_split_into_several_commits_moves_vn_once(ctx, tmp_path):
     api = HfApi(endpoint=ctx["endpoint"], token=ctx["token"])
     titles = [c.title for c in api.list_repo_commits(ctx["repo"], repo_type="kernel", revision=result.commit)]
     assert any("part 2" in t for t in titles), titles
-    assert _remote_files(ctx, result.commit) == {p.relative_to(dist).as_posix() for p in dist.rglob("*")
-                                                 if p.is_file()} | {"build/torch-cpu/metadata.json.sig"}
+    assert _remote_files(ctx, result.commit) == {
+        p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()
+    } | {"build/torch-cpu/metadata.json.sig"}
