@@ -439,24 +439,3 @@ def _swap_with_hub_api(
             ) from None
         raise
     return info.oid
-
-
-def build_and_publish(
-    repo_id: str,
-    version: int,
-    *,
-    out: Path,
-    source: Path = Path("kernel_src/fused_mlp"),
-    matrix: Path = Path("build/matrix.toml"),
-    endpoint: str | None = None,
-    token: str | None = None,
-    key_path: Path | None = None,
-    aot: bool = False,
-    only: list[str] | None = None,
-    log: Log = print,
-) -> PublishResult:
-    """`kernel-hub build` then `kernel-hub publish` in one call (tests, demo). AOT is off by default: it is slow."""
-    from .build import build
-
-    build(source, out, matrix, aot=aot, only=only, log=log)
-    return publish(repo_id, out, version, endpoint=endpoint, token=token, key_path=key_path, log=log)

@@ -216,3 +216,28 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
             [str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True, check=True
         ).stdout
         assert ".sm_90a.cubin" in listing, listing
+
+
+def test_cli_skips_the_cuda_variant_with_the_reason_or_fails_when_required(source, tmp_path):
+    """A matrix whose folder has no CUDA recipe: the CUDA variant is skipped, and --require-cuda makes that fatal."""
+    import os
+    import subprocess
+    import sys
+
+    matrix = tmp_path / "build" / "matrix.toml"
+    matrix.parent.mkdir()
+    shutil.copyfile(MATRIX, matrix)
+    cuda = "torch-stable-abi211-cu130-x86_64-linux"
+    base = [sys.executable, "-m", "registry.cli", "build", "--source", str(source), "--matrix", str(matrix),
+            "--variant", cuda, "--variant", "torch-cpu"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run([*base, "--out", str(tmp_path / "a")], cwd=ROOT, env=env, capture_output=True, text=True,
+                        check=False)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert f"skipped  {cuda}" in ok.stdout and "build_variant.py is missing" in ok.stdout
+    assert (tmp_path / "a" / "build" / "torch-cpu" / "metadata.json").is_file()
+    assert not (tmp_path / "a" / "build" / cuda).exists()
+    required = subprocess.run([*base, "--out", str(tmp_path / "b"), "--require-cuda"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    assert required.returncode == 1
+    assert "cannot build the CUDA variant" in required.stderr and not (tmp_path / "b").exists()
