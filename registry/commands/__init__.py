@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 # One module per sub-command, each with `register(subparsers)`.
-_MODULES: list[str] = ["build", "publish", "matrix", "variants"]
+_MODULES: list[str] = ["build", "publish", "matrix", "variants", "demo"]
 
 
 def register(subparsers) -> None:
