@@ -332,6 +332,8 @@ def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypa
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the reference path of the CPU variant
     mod = kernels.get_kernel(ctx["repo"], version=1, backend="cpu", trust_remote_code=True)
     assert mod.__name__.startswith("_fused_mlp_torch_cpu_")
+    # Without `backend`, kernels picks the variant for this machine's torch (CPU here) on its own.
+    assert kernels.get_kernel(ctx["repo"], version=1, trust_remote_code=True) is mod
     x = torch.randn(4, 6, dtype=torch.float64)
     w, bias = torch.randn(3, 6, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
     ref = torch.nn.functional.gelu(x @ w.T + bias)
