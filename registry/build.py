@@ -6,7 +6,8 @@ our keys (archs, triton, api, digest; docs/CONTRACTS.md). Variants come from bui
 `torch-cpu` and `torch-universal`, which let stock `kernels` load the reference path on any machine.
 
 Output is reproducible: the content hash that names a build (`id`, OPS_NAMESPACE) is computed from
-the files alone, files are written in sorted order, and metadata.json holds no timestamps.
+the staged sources and the build parameters alone, files are written in sorted order, cubins carry no
+paths (no line info), and metadata.json holds no timestamps.
 The decisions (plans, hashes, metadata) are pure functions; I/O sits in `build()` and the helpers
 that run a subprocess (API extraction, AOT compile) so build-time imports never leak into the caller.
 """
@@ -59,7 +60,6 @@ class VariantPlan:
     ptx: tuple[str, ...] = ()
     triton: tuple[str, ...] = ()
     torch_target: str | None = None
-    options: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,9 +105,6 @@ def plan_variants(matrix: Mapping) -> list[VariantPlan]:
                 ptx=tuple(spec.get("ptx", ())),
                 triton=tuple(spec.get("triton", ())),
                 torch_target=spec.get("torch_target"),
-                options={
-                    k: v for k, v in spec.items() if k not in ("kind", "backend", "archs", "ptx", "triton")
-                },
             )
         )
     plans += [VariantPlan(name=n, kind="reference", backend="cpu") for n in NOARCH_CPU_VARIANTS]
@@ -225,8 +222,10 @@ def provenance(commit: str | None, dirty: bool) -> dict:
     return prov
 
 
-def aot_decision(plan: VariantPlan, installed_triton: str | None, enabled: bool) -> tuple[bool, str]:
-    """Whether to compile AOT cubins for a Triton variant, and the sentence recorded either way."""
+def aot_decision(
+    plan: VariantPlan, installed_triton: str | None, enabled: bool, archs: list[str]
+) -> tuple[bool, str]:
+    """Whether to compile AOT cubins for `archs` of a Triton variant, and the sentence recorded either way."""
     if not enabled:
         return False, "AOT cubins disabled (--no-aot): Triton JIT-compiles on first use"
     if installed_triton is None:
@@ -236,7 +235,19 @@ def aot_decision(plan: VariantPlan, installed_triton: str | None, enabled: bool)
             f"installed triton {installed_triton} is not one of the matrix's {list(plan.triton)}: "
             "no AOT cubins (install a listed version to build them); Triton JIT-compiles on first use"
         )
-    return True, f"AOT cubins for triton {installed_triton}: {', '.join(plan.archs)}"
+    return True, f"AOT cubins for triton {installed_triton}: {', '.join(archs)}"
+
+
+def selected_archs(plan: VariantPlan, wanted: tuple[str, ...] | None) -> list[str]:
+    """The matrix archs of `plan`, narrowed to `wanted` (an arch outside the matrix is an error)."""
+    if wanted is None:
+        return list(plan.archs)
+    unknown = [a for a in wanted if a not in plan.archs]
+    if unknown:
+        raise BuildError(
+            f"arch(s) {unknown} are not in build/matrix.toml for {plan.name}: {list(plan.archs)}"
+        )
+    return [a for a in plan.archs if a in wanted]
 
 
 # ----------------------------------------------------------------------------------------------- I/O
@@ -390,18 +401,6 @@ class BuildOptions:
     log: Log = print
 
 
-def selected_archs(plan: VariantPlan, wanted: tuple[str, ...] | None) -> list[str]:
-    """The matrix archs of `plan`, narrowed to `wanted` (an arch outside the matrix is an error)."""
-    if wanted is None:
-        return list(plan.archs)
-    unknown = [a for a in wanted if a not in plan.archs]
-    if unknown:
-        raise BuildError(
-            f"arch(s) {unknown} are not in build/matrix.toml for {plan.name}: {list(plan.archs)}"
-        )
-    return [a for a in plan.archs if a in wanted]
-
-
 def build(
     source: Path,
     out: Path,
@@ -492,10 +491,9 @@ def _build_variant(plan: VariantPlan, vdir: Path, ctx: _Context) -> VariantResul
             return VariantResult(plan.name, None, "skipped", [unavailable])
     if plan.kind == "triton":
         installed = installed_triton_version(opts.python)
-        do_aot, why = aot_decision(plan, installed, opts.aot)
-        if do_aot:
-            aot_archs = selected_archs(plan, opts.aot_archs)
-            why = f"AOT cubins for triton {installed}: {', '.join(aot_archs)}"
+        wanted = selected_archs(plan, opts.aot_archs)
+        do_aot, why = aot_decision(plan, installed, opts.aot, wanted)
+        aot_archs = wanted if do_aot else []
         notes.append(why)
         log(f"[{plan.name}] {why}")
         params["aot"] = {"triton": installed, "archs": aot_archs, **dict(opts.aot_kwargs)} if do_aot else None

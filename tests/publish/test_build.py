@@ -61,12 +61,16 @@ def test_rewrite_build_info_keeps_docstring():
 
 
 def test_aot_decision_records_why():
-    plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
-    assert b.aot_decision(plan, "3.6.0", True)[0]
-    ok, why = b.aot_decision(plan, "3.8.0", True)
+    plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_80", "sm_90a"), triton=("3.6.0",))
+    assert b.aot_decision(plan, "3.6.0", True, ["sm_90a"]) == (True, "AOT cubins for triton 3.6.0: sm_90a")
+    ok, why = b.aot_decision(plan, "3.8.0", True, ["sm_90a"])
     assert not ok and "3.8.0" in why and "3.6.0" in why
-    assert not b.aot_decision(plan, "3.6.0", False)[0]
-    assert not b.aot_decision(plan, None, True)[0]
+    assert not b.aot_decision(plan, "3.6.0", False, ["sm_90a"])[0]
+    assert not b.aot_decision(plan, None, True, ["sm_90a"])[0]
+    assert b.selected_archs(plan, None) == ["sm_80", "sm_90a"]
+    assert b.selected_archs(plan, ("sm_90a",)) == ["sm_90a"]
+    with pytest.raises(b.BuildError, match="sm_75"):
+        b.selected_archs(plan, ("sm_75",))
 
 
 def test_backend_archs_for_triton_allow_jit_floor():
