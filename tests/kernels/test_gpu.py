@@ -183,13 +183,13 @@ def test_aot_cubin_matches_jit(tmp_path, monkeypatch):
         m.setattr(aot, "_DISABLED", True)
         forward.linear_rows(x, w, b, "gelu_tanh", jit_out)
     from fused_mlp.triton.configs import LINEAR as TABLE
-    from fused_mlp.triton.configs import gemm_config
+    from fused_mlp.triton.configs import gemm_config, uses_pdl
 
     cfg = gemm_config(TABLE, arch, 256)
-    consts = (True, 3, True, False, "tf32", cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
+    consts = (True, 3, True, False, "tf32", uses_pdl(arch, 256), cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
     entry = index[("linear_kernel", "bf16", consts, cfg.num_warps, cfg.num_stages)]
     aot_out = torch.empty_like(jit_out)
-    grid = (triton.cdiv(256, cfg.BM) * triton.cdiv(512, cfg.BN),)
+    grid = (triton.cdiv(256, cfg.BM) * triton.cdiv(512, cfg.BN), 1, 1)
     entry.kernel(LINEAR)[grid](x, w, b, aot_out, 256, 512, 1024, 1024, 1024, 512, *consts)
     torch.cuda.synchronize()
     assert torch.equal(aot_out, jit_out)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import triton
 
-from .configs import AOT_ARCHS, GATE_UP, LINEAR, all_gemm_configs, arch_of, elementwise_config
+from .configs import AOT_ARCHS, GATE_UP, LINEAR, arch_of, elementwise_config, table_rows, uses_pdl
 
 CUBIN_ROOT = Path(__file__).parent / "cubins"
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -60,19 +60,21 @@ def shipped_specs(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[Aot
     each activation, with/without bias, K a multiple of BK (EVEN_K). Backward kernels use the JIT."""
     specs = []
     for dtype in dtypes:
-        for cfg in all_gemm_configs(LINEAR, arch):
+        for bound, cfg in table_rows(LINEAR, arch):
+            pdl = uses_pdl(arch, bound or 1 << 30)
             for act in _ACTS:
                 for has_bias in (True, False):
-                    consts = (has_bias, act, True, False, "tf32", cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
+                    consts = (has_bias, act, True, False, "tf32", pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
                     specs.append(AotSpec("linear_kernel", dtype, consts, cfg.num_warps, cfg.num_stages))
-        for cfg in all_gemm_configs(GATE_UP, arch):
+        for bound, cfg in table_rows(GATE_UP, arch):
+            pdl = uses_pdl(arch, bound or 1 << 30)
             for act in _GATED_ACTS:
-                consts = (act, True, False, "tf32", cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
+                consts = (act, True, False, "tf32", pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
                 specs.append(AotSpec("gate_up_kernel", dtype, consts, cfg.num_warps, cfg.num_stages))
         ew = elementwise_config(arch)
         for act in _ACTS:
             specs.append(AotSpec("act_and_mul_kernel", dtype, (act, ew.BLOCK), ew.num_warps, 1))
-    return specs
+    return list(dict.fromkeys(specs))
 
 
 def _source(kdef, spec: AotSpec):
@@ -99,7 +101,8 @@ def _compile_to(args: tuple[AotSpec, str, str]) -> list[str]:
     compiled = triton.compile(
         _source(kdef, spec),
         target=GPUTarget("cuda", AOT_ARCHS[arch], 32),
-        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
+        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages,
+                 "launch_pdl": bool(dict(zip(kdef.constexprs, spec.consts)).get("PDL", False))},  # fmt: skip
     )
     meta = json.loads(json.dumps(compiled.metadata._asdict(), default=vars))
     meta["fused_mlp_spec"] = {"kernel": spec.kernel, "dtype": spec.dtype, "consts": list(spec.consts),

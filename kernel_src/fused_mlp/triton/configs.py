@@ -7,6 +7,7 @@ use the conservative Ampere-style rows until measured there. "interpreter" keeps
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 
@@ -64,6 +65,22 @@ ELEMENTWISE: dict[str, ElementwiseConfig] = {
     "interpreter": ElementwiseConfig(BLOCK=1024, num_warps=4),
 }
 
+# Programmatic dependent launch (sm_90+): a GEMM of at most this many rows starts while the previous
+# kernel drains (its grid fits one wave, so early-resident programs steal no slots from that kernel).
+PDL_MAX_ROWS = 1024
+PDL_ENABLED = os.environ.get("FUSED_MLP_PDL", "1") != "0"
+
+
+def uses_pdl(arch: str, rows: int) -> bool:
+    """Whether GEMMs of `rows` rows on `arch` launch with programmatic dependent launch."""
+    return PDL_ENABLED and arch.startswith("sm_") and int(arch[3:5]) >= 90 and rows <= PDL_MAX_ROWS
+
+
+def table_rows(tables: dict[str, Table], arch: str) -> Table:
+    """The (bound, config) rows that `arch` uses."""
+    return _table_for(tables, arch)
+
+
 # Archs that get AOT cubins (build/matrix.toml) and the Triton target each compiles for.
 AOT_ARCHS = {"sm_80": 80, "sm_89": 89, "sm_90a": 90, "sm_100a": 100, "sm_120": 120}
 
@@ -99,8 +116,3 @@ def fit_element_size(cfg: GemmConfig, element_size: int) -> GemmConfig:
 
 def elementwise_config(arch: str) -> ElementwiseConfig:
     return _table_for(ELEMENTWISE, arch)
-
-
-def all_gemm_configs(tables: dict[str, Table], arch: str) -> list[GemmConfig]:
-    """Every distinct config the table can pick for `arch` (what AOT compiles)."""
-    return list(dict.fromkeys(cfg for _, cfg in _table_for(tables, arch)))

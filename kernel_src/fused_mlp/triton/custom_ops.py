@@ -17,14 +17,15 @@ from . import forward
 
 
 def _custom_op(name: str):
-    """torch.library.custom_op under our namespace; reuses the op if this namespace already has it
-    (the same package imported twice under the dev namespace)."""
+    """torch.library.custom_op under our namespace; reuses the op when this namespace already has it (the
+    same package imported twice under the dev namespace). Checked before defining: a failed definition
+    would leave a half-registered op whose cleanup tears down the live one."""
 
     def wrap(fn):
-        try:
-            return torch.library.custom_op(f"{OPS_NAMESPACE}::{name}", mutates_args=())(fn)
-        except RuntimeError:
-            return getattr(getattr(torch.ops, OPS_NAMESPACE), name)
+        namespace = getattr(torch.ops, OPS_NAMESPACE)
+        if hasattr(namespace, name):
+            return getattr(namespace, name)
+        return torch.library.custom_op(f"{OPS_NAMESPACE}::{name}", mutates_args=())(fn)
 
     return wrap
 

@@ -15,7 +15,7 @@ import triton
 from ..reference import check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
-from .configs import GATE_UP, LINEAR, GemmConfig, arch_of, elementwise_config, gemm_config
+from .configs import GATE_UP, LINEAR, GemmConfig, arch_of, elementwise_config, gemm_config, uses_pdl
 from .gated import GATE_UP as GATE_UP_KERNEL
 from .launch import launch
 from .linear import ACTIVATION_BACKWARD
@@ -95,7 +95,8 @@ def linear_rows(
     upcast, precision = _dot_flags(x2)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w, x2 if b is None else b, out, M, N, K, x2.stride(0), w.stride(0), out.stride(0))
-    consts = (b is not None, ACT_CODES[activation], K % cfg.BK == 0, upcast, precision, cfg.BM, cfg.BN, cfg.BK,
+    pdl = uses_pdl(device_arch(x2), M)
+    consts = (b is not None, ACT_CODES[activation], K % cfg.BK == 0, upcast, precision, pdl, cfg.BM, cfg.BN, cfg.BK,
               cfg.GROUP_M)  # fmt: skip
     launch(LINEAR_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
     return out
@@ -156,7 +157,8 @@ def gate_up_rows(
     upcast, precision = _dot_flags(x2)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w_gate, w_up, h, M, N, K, x2.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0))
-    consts = (ACT_CODES[activation], K % cfg.BK == 0, upcast, precision, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
+    pdl = uses_pdl(device_arch(x2), M)
+    consts = (ACT_CODES[activation], K % cfg.BK == 0, upcast, precision, pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
     launch(GATE_UP_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
     return h
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .activations import activate
 from .launch import KernelDef
@@ -20,8 +21,11 @@ def gate_up_kernel(
     x_ptr, wg_ptr, wu_ptr, h_ptr,
     M, N, K, stride_xm, stride_wg, stride_wu, stride_hm,
     ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    PDL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
+    if PDL:  # programmatic dependent launch: start early, wait for the previous kernel's writes here
+        gdc_launch_dependents()
+        gdc_wait()
     pid_m, pid_n = tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
@@ -63,5 +67,5 @@ GATE_UP = KernelDef(
         ("M", "i32"), ("N", "i32:16"), ("K", "i32:16"),
         ("stride_xm", "i32:16"), ("stride_wg", "i32:16"), ("stride_wu", "i32:16"), ("stride_hm", "i32:16"),
     ),
-    constexprs=("ACT", "EVEN_K", "UPCAST", "PRECISION", "BM", "BN", "BK", "GROUP_M"),
+    constexprs=("ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M"),
 )  # fmt: skip

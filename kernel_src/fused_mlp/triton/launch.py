@@ -33,4 +33,6 @@ def launch(
     if compiled is not None:
         compiled[(*grid, 1, 1)[:3]](*args, *consts)  # a CompiledKernel wants all three grid dims
         return
-    kdef.fn[grid](*args, **dict(zip(kdef.constexprs, consts)), num_warps=num_warps, num_stages=num_stages)
+    named = dict(zip(kdef.constexprs, consts))
+    options = {"launch_pdl": True} if named.get("PDL") else {}
+    kdef.fn[grid](*args, **named, num_warps=num_warps, num_stages=num_stages, **options)

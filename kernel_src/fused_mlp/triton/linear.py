@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .activations import activate, activate_grad
 from .launch import KernelDef
@@ -18,8 +19,12 @@ def linear_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
+    if PDL:  # programmatic dependent launch: start early, wait for the previous kernel's writes here
+        gdc_launch_dependents()
+        gdc_wait()
     pid_m, pid_n = tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
@@ -58,7 +63,7 @@ LINEAR = KernelDef(
         ("M", "i32"), ("N", "i32:16"), ("K", "i32:16"),
         ("stride_xm", "i32:16"), ("stride_wn", "i32:16"), ("stride_om", "i32:16"),
     ),
-    constexprs=("HAS_BIAS", "ACT", "EVEN_K", "UPCAST", "PRECISION", "BM", "BN", "BK", "GROUP_M"),
+    constexprs=("HAS_BIAS", "ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M"),
 )  # fmt: skip
 
 
