@@ -33,9 +33,10 @@ from .build import metadata_bytes
 
 REPO_TYPE = "kernel"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-# Error codes that mean "the route exists but the thing does not": a 404 carrying one of them is a real
-# error, a bare 404/405 means the server lacks our extension.
-_REAL_404_CODES = {"RepoNotFound", "RevisionNotFound", "EntryNotFound"}
+# A 404/405 on an extension route means "this server lacks the extension", unless it names a missing
+# revision or file. RepoNotFound is not trusted here: some servers answer unknown API routes with it, and
+# the repo was just seen; were it really gone, the Hub-API fallback fails with a precise error anyway.
+_REAL_404_CODES = {"RevisionNotFound", "EntryNotFound"}
 _UNTRACKED_REMOTE = {".gitattributes"}  # the Hub keeps it in every commit; upload_folder never deletes it
 
 Log = Callable[[str], None]
