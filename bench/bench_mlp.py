@@ -217,6 +217,15 @@ def implementations(w: Workload, a: dict, max_autotune: bool) -> dict[str, Calla
 
         return run
 
+    def ours_graph_without_pdl():
+        from fused_mlp.triton import configs
+
+        configs.PDL_ENABLED = False
+        try:
+            return graphed(ours_fn(w, a))
+        finally:
+            configs.PDL_ENABLED = True
+
     impls = {
         "eager": lambda: eager,
         "cublaslt_epilogue": lambda: cublaslt_fn(w, a),
@@ -229,6 +238,8 @@ def implementations(w: Workload, a: dict, max_autotune: bool) -> dict[str, Calla
     impls["ours"] = lambda: ours_fn(w, a)
     impls["ours_direct"] = ours_direct
     impls["ours_in_user_graph"] = lambda: graphed(ours_fn(w, a))
+    if w.kind != "act_and_mul":
+        impls["ours_in_user_graph_no_pdl"] = ours_graph_without_pdl
     return impls
 
 
@@ -251,10 +262,11 @@ def bench_workload(w: Workload, dtype: torch.dtype, max_autotune: bool) -> list[
                 if isinstance(out, torch.Tensor):
                     row["rel_err_vs_eager"] = check(out, expected)
                 row["stream_us"] = stream_us(fn, iters)
-                if name not in ("eager_cuda_graph", "ours_in_user_graph") and not name.startswith("compile"):
-                    row["gpu_us"] = gpu_us(fn)
-                elif name in ("eager_cuda_graph", "ours_in_user_graph"):
+                replays_graph = name == "eager_cuda_graph" or name.startswith("ours_in_user_graph")
+                if replays_graph:
                     row["gpu_us"] = row["stream_us"]
+                elif not name.startswith("compile"):
+                    row["gpu_us"] = gpu_us(fn)
                 row["kernels_per_call"] = kernels_per_call(fn)
             row["pct_of_floor"] = 100 * floor / row["stream_us"]
         except Exception as exc:  # noqa: BLE001  (one implementation failing must not stop the table)
@@ -356,7 +368,14 @@ def environment() -> dict:
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "fused_mlp_backend": fused_mlp.BACKEND,
+        "aot_cubins_for_this_gpu": _aot_count(),
     }
+
+
+def _aot_count() -> int:
+    from fused_mlp.triton import aot
+
+    return len(aot._device_index(torch.device("cuda")))
 
 
 def main(argv: list[str] | None = None) -> int:
