@@ -76,7 +76,8 @@ else:
     raise AssertionError("a CPU call succeeded")
 print("loaded", torch.__version__)
 """
-    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the CUDA venv has no numpy
+    env["PYTHONPATH"] = str(package.parent)
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr[-3000:]
 
