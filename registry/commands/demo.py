@@ -47,7 +47,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cli(*args: str) -> str:
+def hub_admin(*args: str) -> str:
     """Run a `kernel-hub` admin sub-command in a subprocess; its stdout, or SystemExit with its stderr."""
     proc = subprocess.run([sys.executable, "-m", "registry.cli", *args], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     _step(f"hub: kernel-hub serve --data {data}")
     with embedded_hub(data, work / "serve.log") as url:
         print(f"listening on {url} (log: {work / 'serve.log'})")
-        token = _cli("token", "create", "--user", USER, "--write", REPO.split("/")[0], "--data", str(data))
-        _cli("org", "create", REPO.split("/")[0], "--trusted", "--member", USER, "--data", str(data))
+        token = hub_admin("token", "create", "--user", USER, "--write", REPO.split("/")[0], "--data", str(data))
+        hub_admin("org", "create", REPO.split("/")[0], "--trusted", "--member", USER, "--data", str(data))
         dist = work / "dist" / "fused-mlp"
         _build(args, dist)
         _publish(dist, url, token, work / "publisher.pem")
