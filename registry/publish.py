@@ -376,9 +376,7 @@ def _upload_and_swap(
                 f"the uploaded tree at {final} differs from the dist ({'; '.join(problems[:5])}); "
                 f"{branch} was not moved"
             )
-        if final == head:
-            return head
-        swapped = client.ref_update(repo_id, branch, head, final)
+        swapped = client.ref_update(repo_id, branch, head, final)  # also when final == head: confirms vN
         if swapped is None:
             log(
                 f"{client.endpoint} has no ref-update extension: moving {branch} with the Hub API's own checks"
