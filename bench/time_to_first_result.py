@@ -71,8 +71,16 @@ print(json.dumps({"total_s": total, "import_torch_s": t_import, "load_s": t_load
 def run_child(mode: str, repo: str, env: dict, work: Path, name: str) -> dict:
     """Spawn one fresh interpreter with an empty TRITON_CACHE_DIR; its JSON report plus the scenario name."""
     cache = Path(tempfile.mkdtemp(prefix=f"triton-{name}-", dir=work))
-    child_env = {**env, "BENCH_MODE": mode, "BENCH_REPO": repo, "TRITON_CACHE_DIR": str(cache), "BENCH_T0": repr(time.time())}
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=child_env, capture_output=True, text=True, timeout=600)
+    child_env = {
+        **env,
+        "BENCH_MODE": mode,
+        "BENCH_REPO": repo,
+        "TRITON_CACHE_DIR": str(cache),
+        "BENCH_T0": repr(time.time()),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], env=child_env, capture_output=True, text=True, timeout=600, check=False
+    )
     if proc.returncode != 0:
         return {"name": name, "error": proc.stderr[-3000:]}
     return {"name": name, **json.loads(proc.stdout.strip().splitlines()[-1])}
@@ -89,7 +97,9 @@ def device_matrix(work: Path, arch: str) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=None, help="folder for ttfr.json (default: print only)")
     args = parser.parse_args()
 
@@ -109,16 +119,28 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ttfr-"))
     t = time.time()
     dist = work / "dist" / "fused-mlp"
-    result = build(REPO_ROOT / "kernel_src" / "fused_mlp", dist, device_matrix(work, aot_arch), only=VARIANTS,
-                   log=lambda *a: None)
-    print(f"build ({aot_arch} cubins): {time.time() - t:.1f} s; " + "; ".join(f"{v.name}: {v.notes}" for v in result.variants))
+    result = build(
+        REPO_ROOT / "kernel_src" / "fused_mlp",
+        dist,
+        device_matrix(work, aot_arch),
+        only=VARIANTS,
+        log=lambda *a: None,
+    )
+    print(
+        f"build ({aot_arch} cubins): {time.time() - t:.1f} s; "
+        + "; ".join(f"{v.name}: {v.notes}" for v in result.variants)
+    )
 
     with embedded_hub(work / "hub", work / "serve.log") as url:
         token = hub_admin("token", "create", "--user", "bench", "--write", "org", "--data", str(work / "hub"))
         hub_admin("org", "create", "org", "--trusted", "--member", "bench", "--data", str(work / "hub"))
-        published = publish(REPO, dist, 1, endpoint=url, token=token, key_path=work / "key.pem", log=lambda *a: None)
+        published = publish(
+            REPO, dist, 1, endpoint=url, token=token, key_path=work / "key.pem", log=lambda *a: None
+        )
         print(f"published {REPO} v1 -> {published.commit}")
-        path = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "kernel_src"), os.environ.get("PYTHONPATH", "")])
+        path = os.pathsep.join(
+            [str(REPO_ROOT), str(REPO_ROOT / "kernel_src"), os.environ.get("PYTHONPATH", "")]
+        )
         base = {**os.environ, "HF_ENDPOINT": url, "HF_TOKEN": token, "PYTHONPATH": path}
         base.pop("HF_HUB_DISABLE_TELEMETRY", None)
         cold = {**base, "KERNELS_CACHE": str(work / "cache-cold")}
@@ -157,19 +179,29 @@ def promises(runs: list[dict]) -> list[str]:
     """What must hold: torch-cuda chosen and checked, AOT first result with zero JIT, JIT path really JITs."""
     by = {r["name"]: r for r in runs}
     problems = [f"{r['name']} crashed: {r['error']}" for r in runs if "error" in r]
-    aot, first, jit = by.get("registry-aot", {}), by.get("registry-first-ever", {}), by.get("registry-jit", {})
+    aot, first, jit = (
+        by.get("registry-aot", {}),
+        by.get("registry-first-ever", {}),
+        by.get("registry-jit", {}),
+    )
     if "info" in aot:
         if (aot["info"]["source"], aot["info"]["variant"]) != ("hub", "torch-cuda"):
-            problems.append(f"registry-aot loaded {aot['info']['source']}/{aot['info']['variant']}: {aot['info']['reason']}")
+            problems.append(
+                f"registry-aot loaded {aot['info']['source']}/{aot['info']['variant']}: {aot['info']['reason']}"
+            )
         if aot["info"]["check"] != "passed (cached)":
             problems.append(f"registry-aot check: {aot['info']['check']}")
         if aot["triton_cache_files"]:
-            problems.append(f"registry-aot JIT-compiled: {aot['triton_cache_files']} files in TRITON_CACHE_DIR")
+            problems.append(
+                f"registry-aot JIT-compiled: {aot['triton_cache_files']} files in TRITON_CACHE_DIR"
+            )
     if "info" in first and first["info"]["check"] != "passed":
         problems.append(f"first-ever load check: {first['info']['check']}")
     if "triton_cache_files" in jit and not jit["triton_cache_files"]:
         problems.append("FUSED_MLP_AOT=0 wrote no Triton cache files: the JIT comparison measured no JIT")
-    problems += [f"{r['name']} rel. error {r['rel_error']:.2e} > 1e-2" for r in runs if r.get("rel_error", 0) > 1e-2]
+    problems += [
+        f"{r['name']} rel. error {r['rel_error']:.2e} > 1e-2" for r in runs if r.get("rel_error", 0) > 1e-2
+    ]
     return problems
 
 

@@ -86,16 +86,40 @@ def make_cases(gen: torch.Generator, device: str) -> list[tuple[str, str, tuple,
         return _randn((o, i), gen, device, i**-0.5)
 
     return [
-        ("linear", "3x37x96 bias relu", (_randn((3, 37, k), gen, device), w(n, k), _randn(n, gen, device)), {"activation": "relu"}),
-        ("linear", "37x96 no-bias none", (_randn((37, k), gen, device), w(n, k), None), {"activation": "none"}),
+        (
+            "linear",
+            "3x37x96 bias relu",
+            (_randn((3, 37, k), gen, device), w(n, k), _randn(n, gen, device)),
+            {"activation": "relu"},
+        ),
+        (
+            "linear",
+            "37x96 no-bias none",
+            (_randn((37, k), gen, device), w(n, k), None),
+            {"activation": "none"},
+        ),
         (
             "mlp",
             "2x19x96 3 layers gelu",
-            (_randn((2, 19, k), gen, device), [w(n, k), w(48, n), w(24, 48)], [_randn(s, gen, device) for s in (n, 48, 24)]),
+            (
+                _randn((2, 19, k), gen, device),
+                [w(n, k), w(48, n), w(24, 48)],
+                [_randn(s, gen, device) for s in (n, 48, 24)],
+            ),
             {"activation": "gelu"},
         ),
-        ("gated_mlp", "2x19x96 silu", (_randn((2, 19, k), gen, device), w(inter, k), w(inter, k), w(72, inter)), {"activation": "silu"}),
-        ("act_and_mul", "3x37x80 gelu_tanh", (_randn((3, 37, n), gen, device), _randn((3, 37, n), gen, device)), {"activation": "gelu_tanh"}),
+        (
+            "gated_mlp",
+            "2x19x96 silu",
+            (_randn((2, 19, k), gen, device), w(inter, k), w(inter, k), w(72, inter)),
+            {"activation": "silu"},
+        ),
+        (
+            "act_and_mul",
+            "3x37x80 gelu_tanh",
+            (_randn((3, 37, n), gen, device), _randn((3, 37, n), gen, device)),
+            {"activation": "gelu_tanh"},
+        ),
     ]
 
 
@@ -133,7 +157,9 @@ def _run(fn: Callable, args: tuple, kwargs: dict, dtype: torch.dtype, grad_out: 
     return out.detach().double(), [None if gr is None else gr.double() for gr in grads]
 
 
-def compare(op: str, fn: Callable, ref_fn: Callable, case: str, args, kwargs, dtype, gen, device) -> list[CaseResult]:
+def compare(
+    op: str, fn: Callable, ref_fn: Callable, case: str, args, kwargs, dtype, gen, device
+) -> list[CaseResult]:
     """Forward and backward errors of `fn` in `dtype` against `ref_fn` in float64."""
     with torch.no_grad():
         shape = ref_fn(*args, **kwargs).shape
@@ -161,7 +187,9 @@ def check_dtypes(device: str) -> list[torch.dtype]:
     return [torch.float32, torch.float16]
 
 
-def run_check(module: types.ModuleType, reference: types.ModuleType, api: list[str], device: str) -> CheckResult:
+def run_check(
+    module: types.ModuleType, reference: types.ModuleType, api: list[str], device: str
+) -> CheckResult:
     """Compare every op of `api` that has generated inputs, in every dtype of `device`, on fresh inputs."""
     start = time.perf_counter()
     gen = torch.Generator(device=device)
@@ -172,12 +200,18 @@ def run_check(module: types.ModuleType, reference: types.ModuleType, api: list[s
     for dtype in check_dtypes(device):
         for op, case, args, kwargs in cases:
             try:
-                results += compare(op, getattr(module, op), getattr(reference, op), case, args, kwargs, dtype, gen, device)
+                results += compare(
+                    op, getattr(module, op), getattr(reference, op), case, args, kwargs, dtype, gen, device
+                )
             except Exception as e:  # a crashing kernel fails the check; the reason names the op and error
                 raise CheckCrashed(f"{op}[{case}] {dtype}: {type(e).__name__}: {e}") from e
     passed = bool(results) and all(r.passed for r in results)
     return CheckResult(
-        passed, tuple(results), tuple(n for n in api if n not in checked), device_label(device), time.perf_counter() - start
+        passed,
+        tuple(results),
+        tuple(n for n in api if n not in checked),
+        device_label(device),
+        time.perf_counter() - start,
     )
 
 
@@ -214,7 +248,9 @@ class CheckCache:
         if not entry:
             return None
         cases = tuple(CaseResult(**c) for c in entry["cases"])
-        return CheckResult(entry["passed"], cases, tuple(entry["unchecked"]), entry["device"], entry["seconds"], True)
+        return CheckResult(
+            entry["passed"], cases, tuple(entry["unchecked"]), entry["device"], entry["seconds"], True
+        )
 
     def put(self, key: str, result: CheckResult) -> None:
         data = self._read()
@@ -226,7 +262,9 @@ class CheckCache:
         os.replace(tmp, self.path)
 
 
-def checked(module, reference, api, *, device: str, key: str, mode: str | None, cache: CheckCache) -> CheckResult | None:
+def checked(
+    module, reference, api, *, device: str, key: str, mode: str | None, cache: CheckCache
+) -> CheckResult | None:
     """Run (or reuse) the check per `mode`: "once" reuses a cached pass, "always" re-runs, None skips."""
     if mode is None:
         return None

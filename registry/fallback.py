@@ -44,7 +44,9 @@ def compile_op(name: str, fn: Callable) -> Callable:
     return op
 
 
-def build_fallback(reference: types.ModuleType, api: Sequence[str], mode: str, module_name: str) -> types.ModuleType:
+def build_fallback(
+    reference: types.ModuleType, api: Sequence[str], mode: str, module_name: str
+) -> types.ModuleType:
     """A module exposing `api` from `reference`, compiled (`mode="compile"`) or as is (`"eager"`)."""
     if mode not in FALLBACK_MODES:
         raise ValueError(f"fallback mode {mode!r} is not one of {FALLBACK_MODES} (or None to raise instead)")

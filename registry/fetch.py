@@ -46,7 +46,7 @@ class Hub:
     cache: Path
 
     @classmethod
-    def from_env(cls, endpoint: str | None = None, token: str | None = None) -> "Hub":
+    def from_env(cls, endpoint: str | None = None, token: str | None = None) -> Hub:
         endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
         cache = os.environ.get("KERNELS_CACHE") or os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
@@ -72,7 +72,9 @@ def pick_version(branches: Mapping[str, str], version: int) -> str:
 def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | None) -> str:
     """The 40-hex commit that `version` (branch vN) or `revision` (branch, tag or commit) names."""
     if (version is None) == (revision is None):
-        raise ValueError("pass exactly one of version=<N> (the v<N> branch) or revision=<branch, tag or commit>")
+        raise ValueError(
+            "pass exactly one of version=<N> (the v<N> branch) or revision=<branch, tag or commit>"
+        )
     if revision is not None and COMMIT.fullmatch(revision):
         return revision
     ref = f"v{version}" if version is not None else revision
@@ -134,7 +136,9 @@ def variant_metadata(hub: Hub, repo_id: str, commit: str) -> dict[str, dict]:
         tree = hub.api.list_repo_tree(repo_id, "build", repo_type=REPO_TYPE, revision=commit)
         names = sorted(item.path.split("/")[-1] for item in tree if isinstance(item, RepoFolder))
     except (HTTPError, OSError) as e:
-        raise FetchError(f"cannot list build variants of {repo_id}@{commit[:12]} on {hub.endpoint}: {e}") from e
+        raise FetchError(
+            f"cannot list build variants of {repo_id}@{commit[:12]} on {hub.endpoint}: {e}"
+        ) from e
     metas = {}
     for name in names:
         try:
@@ -178,10 +182,16 @@ def download_variant(hub: Hub, repo_id: str, commit: str, variant: str) -> Path:
         except (HTTPError, OSError) as e:
             raise FetchError(f"download of {repo_id}@{commit[:12]} build/{variant} failed: {e}") from e
     path = hub.repo_dir(repo_id) / "snapshots" / commit / "build" / variant
-    listed = ((_read_json(path / "metadata.json").get("digest") or {}).get("files") or {}) if path.is_dir() else {}
+    listed = (
+        ((_read_json(path / "metadata.json").get("digest") or {}).get("files") or {}) if path.is_dir() else {}
+    )
     missing = [f for f in listed if not (path / f).is_file()]
     if not path.is_dir() or missing:
-        what = f"only partly in the cache ({len(missing)} files missing)" if path.is_dir() else "not in the cache"
+        what = (
+            f"only partly in the cache ({len(missing)} files missing)"
+            if path.is_dir()
+            else "not in the cache"
+        )
         raise FetchError(
             f"build/{variant} of {repo_id}@{commit[:12]} is {what} {hub.cache} and HF_HUB_OFFLINE=1: "
             "load it once online first"

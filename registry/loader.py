@@ -56,7 +56,9 @@ def get_kernel(
     without a CUDA device gets the fallback with reason "no CUDA device".
     """
     if fallback not in (*FALLBACK_MODES, None):
-        raise ValueError(f"fallback={fallback!r}: use 'compile', 'eager' or None (raise instead of falling back)")
+        raise ValueError(
+            f"fallback={fallback!r}: use 'compile', 'eager' or None (raise instead of falling back)"
+        )
     if check not in ("once", "always", None):
         raise ValueError(f"check={check!r}: use 'once' (cached pass), 'always' or None (skip)")
     hub = Hub.from_env(endpoint, token)
@@ -68,7 +70,13 @@ def get_kernel(
     env = current_env()
     resolution = resolve_variant(metas, env, backend=backend)
     device = "cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu"
-    base = {"repo": repo_id, "version": version, "revision": revision, "commit": commit, "endpoint": hub.endpoint}
+    base = {
+        "repo": repo_id,
+        "version": version,
+        "revision": revision,
+        "commit": commit,
+        "endpoint": hub.endpoint,
+    }
     base["offline"] = hub.offline
     cache = CheckCache(hub.cache)
 
@@ -101,7 +109,9 @@ def get_kernel(
             f"{repo_id}@{commit[:12]}: no kernel variant could be used ({reason}) and fallback=None.\n"
             + "\n".join(trace_lines(resolution, attempts))
         )
-    return _fallback(hub, repo_id, commit, metas, resolution, attempts, reason, fallback, check, device, base, cache)
+    return _fallback(
+        hub, repo_id, commit, metas, resolution, attempts, reason, fallback, check, device, base, cache
+    )
 
 
 def _fallback(hub, repo_id, commit, metas, resolution, attempts, reason, mode, check, device, base, cache):
@@ -120,14 +130,24 @@ def _fallback(hub, repo_id, commit, metas, resolution, attempts, reason, mode, c
         raise KernelLoadError(
             f"{repo_id}@{commit[:12]}: no kernel variant could be used ({reason}), and the fallback's reference "
             "could not be fetched from any variant either:\n"
-            + "\n".join([*trace_lines(resolution, attempts), *(f"reference from {f}" for f in source_failures)])
+            + "\n".join(
+                [*trace_lines(resolution, attempts), *(f"reference from {f}" for f in source_failures)]
+            )
         )
     module_name = f"{metas[name].get('id') or 'fused_mlp'}_fallback"
     module = build_fallback(reference, api, mode, f"{module_name}_{mode}")
     result = None
     if mode == "compile":
         try:
-            result = _check(module, reference, api, device, cache_key(commit, f"fallback-compile:{name}", device), check, cache)
+            result = _check(
+                module,
+                reference,
+                api,
+                device,
+                cache_key(commit, f"fallback-compile:{name}", device),
+                check,
+                cache,
+            )
         except Refused as e:
             reason = f"{reason}; compiled fallback refused ({e}), using eager"
             mode, module = "eager", build_fallback(reference, api, "eager", f"{module_name}_eager")
@@ -186,7 +206,9 @@ def verify_variant(hub: Hub, repo_id: str, path: Path) -> dict:
     else:
         keys = publisher_keys(hub, namespace)
         if not keys:
-            raise Refused(f"signature cannot be checked: {hub.endpoint} lists no publisher keys for {namespace!r}")
+            raise Refused(
+                f"signature cannot be checked: {hub.endpoint} lists no publisher keys for {namespace!r}"
+            )
         try:
             signed_by = verify_metadata(meta_bytes, sig_path.read_text(), keys)
         except SignatureError as e:
@@ -226,7 +248,9 @@ def _package_init(path: Path, metadata: dict) -> Path:
     raise Refused(f"build/{path.name} has no __init__.py (checked {flat} and {nested})")
 
 
-def _reference(module: types.ModuleType | None, metadata: dict, init_file: Path) -> tuple[types.ModuleType, list[str]]:
+def _reference(
+    module: types.ModuleType | None, metadata: dict, init_file: Path
+) -> tuple[types.ModuleType, list[str]]:
     """The package's reference.py, imported on its own (the kernel's __init__ and backends never run), plus the API.
 
     A stand-in parent package with the real `__path__` lets reference.py use relative imports.
@@ -240,5 +264,7 @@ def _reference(module: types.ModuleType | None, metadata: dict, init_file: Path)
         reference = importlib.import_module(f"{parent_name}.reference")
     except Exception as e:
         raise Refused(f"reference.py cannot be imported: {type(e).__name__}: {e}") from e
-    api = list((metadata.get("api") or {}).get("__all__") or getattr(module, "__all__", None) or ACTIVATION_ARGS)
+    api = list(
+        (metadata.get("api") or {}).get("__all__") or getattr(module, "__all__", None) or ACTIVATION_ARGS
+    )
     return reference, api

@@ -197,7 +197,10 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
     if isinstance(v, ArchVariant) and env.driver_cuda:
         needed, driver = v.arch.backend.version, _major_minor(env.driver_cuda)
         if driver is not None and needed > driver:
-            return f"built for CUDA {needed}, the driver supports CUDA {driver} only: update the driver", detail
+            return (
+                f"built for CUDA {needed}, the driver supports CUDA {driver} only: update the driver",
+                detail,
+            )
     try:
         targets = arch_targets(metadata)
     except (ValueError, KeyError, TypeError) as e:
@@ -208,7 +211,11 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
         if not env.triton:
             return "Triton is not installed (pip install triton)", detail
         # AOT cubins are the SASS entries of our `archs` key (kernels' backend.archs only states the JIT range).
-        cubins = [ArchTarget(parse_arch(a["arch"]), True, False) for a in metadata.get("archs") or [] if a.get("sass", True)]
+        cubins = [
+            ArchTarget(parse_arch(a["arch"]), True, False)
+            for a in metadata.get("archs") or []
+            if a.get("sass", True)
+        ]
         cubin_arch, _ = match_arch(cubins, device)
         aot_tritons = list(metadata.get("triton") or [])
         aot = cubin_arch is not None and env.triton in aot_tritons
@@ -216,7 +223,10 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
         # "+PTX" entries of a Triton build state where its JIT works (e.g. 8.0+PTX: bf16 tl.dot needs Ampere).
         jit_floor = [t.arch for t in targets if t.ptx]
         if not aot and jit_floor and not any(ptx_runs_on(a, device) for a in jit_floor):
-            return f"no AOT cubin for {device.name} and the Triton JIT needs {min(jit_floor).name} or newer", detail
+            return (
+                f"no AOT cubin for {device.name} and the Triton JIT needs {min(jit_floor).name} or newer",
+                detail,
+            )
         if not aot:
             why = (
                 f"no AOT cubin for {device.name} (have {detail['archs']})"

@@ -33,11 +33,18 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--data", type=Path, default=Path(".hub-data"), help="hub data dir (default .hub-data)")
-    p.add_argument("--source", type=Path, default=Path("kernel_src/fused_mlp"), help="kernel package to build")
+    p.add_argument(
+        "--source", type=Path, default=Path("kernel_src/fused_mlp"), help="kernel package to build"
+    )
     p.add_argument("--matrix", type=Path, default=Path("build/matrix.toml"), help="build matrix")
     p.add_argument("--no-aot", action="store_true", help="skip Triton AOT cubins (faster build, JIT on GPU)")
-    p.add_argument("--variant", action="append", dest="variants", metavar="NAME",
-                   help=f"variants to build (repeatable; default: {', '.join(DEFAULT_VARIANTS)})")
+    p.add_argument(
+        "--variant",
+        action="append",
+        dest="variants",
+        metavar="NAME",
+        help=f"variants to build (repeatable; default: {', '.join(DEFAULT_VARIANTS)})",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,7 +56,9 @@ def _free_port() -> int:
 
 def hub_admin(*args: str) -> str:
     """Run a `kernel-hub` admin sub-command in a subprocess; its stdout, or SystemExit with its stderr."""
-    proc = subprocess.run([sys.executable, "-m", "registry.cli", *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "registry.cli", *args], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         raise SystemExit(f"kernel-hub {' '.join(args[:2])} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -62,8 +71,20 @@ def embedded_hub(data: Path, log_path: Path):
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--data", str(data)],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "registry.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--data",
+                str(data),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 30
@@ -75,7 +96,9 @@ def embedded_hub(data: Path, log_path: Path):
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"kernel-hub serve did not answer on {url} within 30 s; see {log_path}") from None
+                    raise SystemExit(
+                        f"kernel-hub serve did not answer on {url} within 30 s; see {log_path}"
+                    ) from None
                 time.sleep(0.1)
         yield url
     finally:
@@ -102,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     _step(f"hub: kernel-hub serve --data {data}")
     with embedded_hub(data, work / "serve.log") as url:
         print(f"listening on {url} (log: {work / 'serve.log'})")
-        token = hub_admin("token", "create", "--user", USER, "--write", REPO.split("/")[0], "--data", str(data))
+        token = hub_admin(
+            "token", "create", "--user", USER, "--write", REPO.split("/")[0], "--data", str(data)
+        )
         hub_admin("org", "create", REPO.split("/")[0], "--trusted", "--member", USER, "--data", str(data))
         dist = work / "dist" / "fused-mlp"
         _build(args, dist)
@@ -118,8 +143,14 @@ def _build(args: argparse.Namespace, dist: Path) -> None:
     _step(f"build {args.source} -> {dist}")
     t0 = time.perf_counter()
     try:
-        result = build(args.source, dist, args.matrix, aot=not args.no_aot, only=args.variants or DEFAULT_VARIANTS,
-                       log=lambda *a: None)
+        result = build(
+            args.source,
+            dist,
+            args.matrix,
+            aot=not args.no_aot,
+            only=args.variants or DEFAULT_VARIANTS,
+            log=lambda *a: None,
+        )
     except BuildError as e:
         raise SystemExit(f"kernel-hub demo: build failed: {e}") from None
     for v in result.variants:
@@ -165,14 +196,24 @@ def print_timings(module) -> None:
     dtype = torch.float16 if device == "cuda" else torch.float32
     _step(f"timing on {device} ({str(dtype).removeprefix('torch.')}), median of 20 calls after warm-up")
     print(f"  {'op':<10} {'shape (M x K -> N)':<22} {'eager ms':>9} {'loaded ms':>10} {'speedup':>8}")
-    for op, m, k, hidden, n in (("mlp", 16, 512, 1024, 512), ("mlp", 512, 512, 1024, 512), ("gated_mlp", 256, 512, 1024, 512)):
+    for op, m, k, hidden, n in (
+        ("mlp", 16, 512, 1024, 512),
+        ("mlp", 512, 512, 1024, 512),
+        ("gated_mlp", 256, 512, 1024, 512),
+    ):
         x = torch.randn(m, k, device=device, dtype=dtype)
         if op == "mlp":
-            ws = [torch.randn(o, i, device=device, dtype=dtype) * i**-0.5 for o, i in ((hidden, k), (hidden, hidden), (n, hidden))]
+            ws = [
+                torch.randn(o, i, device=device, dtype=dtype) * i**-0.5
+                for o, i in ((hidden, k), (hidden, hidden), (n, hidden))
+            ]
             bs = [torch.randn(w.shape[0], device=device, dtype=dtype) for w in ws]
             call_args = (x, ws, bs)
         else:
-            call_args = tuple(torch.randn(o, i, device=device, dtype=dtype) * i**-0.5 for o, i in ((hidden, k), (hidden, k), (n, hidden)))
+            call_args = tuple(
+                torch.randn(o, i, device=device, dtype=dtype) * i**-0.5
+                for o, i in ((hidden, k), (hidden, k), (n, hidden))
+            )
             call_args = (x, *call_args)
         eager = _median_ms(getattr(reference, op), call_args, device)
         loaded = _median_ms(getattr(module, op), call_args, device)

@@ -21,7 +21,9 @@ def register(subparsers) -> None:
     which.add_argument("--revision", help="branch, tag or 40-hex commit")
     p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
     p.add_argument("--token", help="read token for private repos (default: $HF_TOKEN or the saved token)")
-    p.add_argument("--backend", choices=["cpu"], help="consider CPU builds as the kernel (as kernels' backend='cpu')")
+    p.add_argument(
+        "--backend", choices=["cpu"], help="consider CPU builds as the kernel (as kernels' backend='cpu')"
+    )
     p.add_argument("--json", action="store_true", help="print the environment and verdicts as JSON")
     p.set_defaults(func=run)
 
@@ -43,8 +45,14 @@ def run(args: argparse.Namespace) -> int:
     env = current_env()
     res = resolve_variant(metas, env, backend=args.backend)
     if args.json:
-        out = {"repo": args.repo, "commit": commit, "env": asdict(env), "chosen": res.chosen,
-               "fallback_reason": res.fallback_reason, "verdicts": [asdict(v) for v in res.verdicts]}
+        out = {
+            "repo": args.repo,
+            "commit": commit,
+            "env": asdict(env),
+            "chosen": res.chosen,
+            "fallback_reason": res.fallback_reason,
+            "verdicts": [asdict(v) for v in res.verdicts],
+        }
         print(json.dumps(out, indent=2))
         return 0
     print(f"{args.repo}@{commit}")

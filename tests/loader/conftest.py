@@ -32,7 +32,9 @@ class Publisher:
     key: Path
     work: Path
 
-    def build(self, name: str, variants=FAST_VARIANTS, patch: dict[str, tuple[str, str]] | None = None) -> Path:
+    def build(
+        self, name: str, variants=FAST_VARIANTS, patch: dict[str, tuple[str, str]] | None = None
+    ) -> Path:
         """Build `variants` into a fresh dist; `patch` maps a package file to (old text, new text)."""
         src = self.work / name / "src" / "fused_mlp"
         shutil.copytree(SOURCE, src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -50,8 +52,13 @@ class Publisher:
 
     def publish(self, repo: str, dist: Path, version: int = 1, key: Path | None = None) -> str:
         result = publish(
-            f"{NAMESPACE}/{repo}", dist, version, endpoint=self.hub.url, token=self.token,
-            key_path=key or self.key, log=lambda *a: None,
+            f"{NAMESPACE}/{repo}",
+            dist,
+            version,
+            endpoint=self.hub.url,
+            token=self.token,
+            key_path=key or self.key,
+            log=lambda *a: None,
         )
         return result.commit
 
@@ -92,9 +99,19 @@ def run_python():
 
 
 def _run_python(code: str, env: dict[str, str], timeout: float = 300) -> dict:
-    full_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "kernel_src")])}
+    full_env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "kernel_src")]),
+    }
     proc = subprocess.run(
-        [sys.executable, "-c", code], env=full_env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", code],
+        env=full_env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     assert proc.returncode == 0, f"subprocess failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])

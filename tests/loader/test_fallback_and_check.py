@@ -6,8 +6,8 @@ import types
 
 import pytest
 import torch
-
 from fused_mlp import reference
+
 from registry.check import CheckCache, CheckCrashed, cache_key, checked, run_check
 from registry.fallback import build_fallback
 
@@ -28,7 +28,10 @@ def test_compiled_fallback_does_not_recompile_for_new_batch_sizes():
         for batch, seq in ((3, 9), (2, 17), (4, 2)):
             x = torch.randn(batch, seq, 40)
             torch.testing.assert_close(
-                fb.gated_mlp(x, w_gate, w_up, w_down), reference.gated_mlp(x, w_gate, w_up, w_down), rtol=1e-4, atol=1e-4
+                fb.gated_mlp(x, w_gate, w_up, w_down),
+                reference.gated_mlp(x, w_gate, w_up, w_down),
+                rtol=1e-4,
+                atol=1e-4,
             )
 
 
@@ -46,10 +49,24 @@ def _module(**overrides) -> types.SimpleNamespace:
 @pytest.mark.parametrize(
     ("op", "wrong", "direction"),
     [
-        ("linear", lambda x, w, b=None, activation="none": reference.linear(x, w, b, "gelu_tanh" if activation == "gelu" else activation) * 1.01, "forward"),
-        ("gated_mlp", lambda x, g, u, d, activation="gelu_tanh": reference.gated_mlp(x, g, u, d, activation) + 1e-2, "forward"),
+        (
+            "linear",
+            lambda x, w, b=None, activation="none": (
+                reference.linear(x, w, b, "gelu_tanh" if activation == "gelu" else activation) * 1.01
+            ),
+            "forward",
+        ),
+        (
+            "gated_mlp",
+            lambda x, g, u, d, activation="gelu_tanh": reference.gated_mlp(x, g, u, d, activation) + 1e-2,
+            "forward",
+        ),
         # right forward, gradient of `up` off by 5%
-        ("act_and_mul", lambda g, u, activation: reference.act_and_mul(g, u, activation) + 0.05 * (u - u.detach()), "backward"),
+        (
+            "act_and_mul",
+            lambda g, u, activation: reference.act_and_mul(g, u, activation) + 0.05 * (u - u.detach()),
+            "backward",
+        ),
         ("mlp", lambda x, ws, bs=None, activation="relu": reference.mlp(x, ws, None, activation), "forward"),
     ],
     ids=["scaled", "shifted", "wrong-grad", "bias-dropped"],

@@ -11,13 +11,12 @@ import base64
 from pathlib import Path
 
 import pytest
+from conftest import NAMESPACE
 from huggingface_hub import hf_hub_download
 
 from registry import get_kernel
 from registry.loader import KernelLoadError
-from registry.signing import generate_key, load_private_key, public_key_b64, key_id
-
-from conftest import NAMESPACE
+from registry.signing import generate_key, key_id, load_private_key, public_key_b64
 
 
 def test_cpu_build_passes_the_check_as_the_kernel(hub_env, fused_mlp_v1):
@@ -54,7 +53,9 @@ def test_wrong_signature_is_refused_and_the_fallback_used(hub_env, publisher, tm
     repo = f"{NAMESPACE}/badsig"
 
     def published(name: str) -> bytes:
-        path = hf_hub_download(repo, f"build/torch-cpu/{name}", repo_type="kernel", revision="v1", cache_dir=tmp_path)
+        path = hf_hub_download(
+            repo, f"build/torch-cpu/{name}", repo_type="kernel", revision="v1", cache_dir=tmp_path
+        )
         return Path(path).read_bytes()
 
     sig, meta = published("metadata.json.sig"), published("metadata.json")
@@ -72,11 +73,16 @@ def test_wrong_signature_is_refused_and_the_fallback_used(hub_env, publisher, tm
 
 
 def test_kernel_with_wrong_numbers_fails_the_check_and_the_fallback_is_used(hub_env, publisher):
-    wrong = ("return _ops_for(x).mlp(x, weights, biases, activation)", "return 1.02 * _ops_for(x).mlp(x, weights, biases, activation)")
+    wrong = (
+        "return _ops_for(x).mlp(x, weights, biases, activation)",
+        "return 1.02 * _ops_for(x).mlp(x, weights, biases, activation)",
+    )
     dist = publisher.build("wrong-numbers", variants=["torch-cpu"], patch={"__init__.py": wrong})
     publisher.publish("wrong-numbers", dist)
 
-    info = get_kernel(f"{NAMESPACE}/wrong-numbers", version=1, backend="cpu", fallback="eager").__kernel_info__
+    info = get_kernel(
+        f"{NAMESPACE}/wrong-numbers", version=1, backend="cpu", fallback="eager"
+    ).__kernel_info__
     assert info["source"] == "fallback-eager" and info["reference_variant"] == "torch-cpu"
     assert info["reason"].startswith("torch-cpu: check failed: FAILED: ")
     assert "first failure: mlp[" in info["reason"]

@@ -34,7 +34,11 @@ SHIPPED_ARCHS = archs("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120+ptx")
 CUBIN_ARCHS = archs("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120")
 SHIPPED = {
     STABLE: {"backend": {"type": "cuda"}, "archs": SHIPPED_ARCHS},
-    "torch-cuda": {"backend": {"type": "cuda", "archs": ["8.0+PTX"]}, "archs": CUBIN_ARCHS, "triton": ["3.6.0"]},
+    "torch-cuda": {
+        "backend": {"type": "cuda", "archs": ["8.0+PTX"]},
+        "archs": CUBIN_ARCHS,
+        "triton": ["3.6.0"],
+    },
     "torch-cpu": {"backend": {"type": "cpu"}},
     "torch-universal": {"backend": {"type": "cpu"}},
 }
@@ -50,7 +54,13 @@ def verdict(res, name):
 
 @pytest.mark.parametrize(
     ("gpu", "code_arch"),
-    [("sm_80", "sm_80"), ("sm_86", "sm_80"), ("sm_90", "sm_90a"), ("sm_100", "sm_100a"), ("sm_120", "sm_120")],
+    [
+        ("sm_80", "sm_80"),
+        ("sm_86", "sm_80"),
+        ("sm_90", "sm_90a"),
+        ("sm_100", "sm_100a"),
+        ("sm_120", "sm_120"),
+    ],
 )
 def test_shipped_builds_pick_stable_abi_with_the_right_sass(gpu, code_arch):
     res = resolve_variant(SHIPPED, env(gpu))
@@ -97,7 +107,12 @@ def test_sm120_family_sass_serves_sm121_and_newer_majors_get_ptx():
     assert verdict(resolve_variant(meta, env("sm_121")), STABLE).detail["code"] == "sass"
     later = verdict(resolve_variant(meta, env("sm_130")), STABLE)
     assert later.accepted and later.detail == (
-        {"device_arch": "sm_130", "archs": "sm_80(sass), sm_120(sass+ptx)", "code_arch": "sm_120", "code": "ptx"}
+        {
+            "device_arch": "sm_130",
+            "archs": "sm_80(sass), sm_120(sass+ptx)",
+            "code_arch": "sm_120",
+            "code": "ptx",
+        }
     )
 
 
@@ -120,7 +135,9 @@ def test_triton_variant_reports_aot_cubin_or_jit():
     res = resolve_variant({"torch-cuda": SHIPPED["torch-cuda"]}, env("sm_90"))
     assert res.chosen == "torch-cuda"
     assert verdict(res, "torch-cuda").detail["aot"] is True
-    jit = verdict(resolve_variant({"torch-cuda": SHIPPED["torch-cuda"]}, env("sm_90", triton="3.8.0")), "torch-cuda")
+    jit = verdict(
+        resolve_variant({"torch-cuda": SHIPPED["torch-cuda"]}, env("sm_90", triton="3.8.0")), "torch-cuda"
+    )
     assert jit.accepted and jit.detail["aot"] is False
     assert jit.detail["jit_reason"] == "AOT cubins are for Triton 3.6.0, running 3.8.0"
     assert jit.reason == "fits sm_90 (Triton JIT)"
@@ -133,7 +150,9 @@ def test_triton_jit_floor_from_ptx_marks():
     assert res.chosen == "torch-cuda" and res.verdicts[0].reason == "fits sm_103 (Triton JIT)"
     old = resolve_variant(SHIPPED, env("sm_75"))
     assert old.chosen is None
-    assert verdict(old, "torch-cuda").reason == "no AOT cubin for sm_75 and the Triton JIT needs sm_80 or newer"
+    assert (
+        verdict(old, "torch-cuda").reason == "no AOT cubin for sm_75 and the Triton JIT needs sm_80 or newer"
+    )
 
 
 def test_kernels_rules_still_apply_torch_and_cuda_versions():

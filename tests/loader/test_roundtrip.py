@@ -21,19 +21,26 @@ print(json.dumps(m.__kernel_info__))
 """
 
 
-def test_cpu_gets_checked_compile_fallback_and_a_second_process_reuses_the_check(hub_env, fused_mlp_v1, run_python):
+def test_cpu_gets_checked_compile_fallback_and_a_second_process_reuses_the_check(
+    hub_env, fused_mlp_v1, run_python
+):
     repo, commit, _ = fused_mlp_v1
     m = get_kernel(repo, version=1)
     info = m.__kernel_info__
     assert (info["source"], info["reason"], info["variant"], info["commit"]) == (
-        "fallback-compile", "no CUDA device", None, commit
+        "fallback-compile",
+        "no CUDA device",
+        None,
+        commit,
     )
     assert info["reference_variant"] == "torch-cpu" and info["verification"]["signed_by"]
     assert "reject torch-cuda: no CUDA device" in info["trace"]
     check = info["check"]
     assert check["status"] == "passed", check.get("summary")
     seen = {(c["op"], c["dtype"], c["direction"]) for c in check["cases"]}
-    assert seen == {(op, dt, d) for op in OPS for dt in ("float32", "float16") for d in ("forward", "backward")}
+    assert seen == {
+        (op, dt, d) for op in OPS for dt in ("float32", "float16") for d in ("forward", "backward")
+    }
     assert all(c["error"] <= c["tolerance"] for c in check["cases"])
 
     x, w1, w2 = torch.randn(5, 33), torch.randn(40, 33), torch.randn(7, 40)
@@ -76,7 +83,9 @@ def test_stock_kernels_loads_what_we_published(hub_env, fused_mlp_v1):
     expected_id = json.loads((dist / "build" / "torch-cpu" / "metadata.json").read_text())["id"]
     assert m.__name__ == expected_id  # torch-cpu: kernels' choice on a CPU-only torch
     x, w, b = torch.randn(3, 5, 24), torch.randn(16, 24), torch.randn(16)
-    torch.testing.assert_close(m.linear(x, w, b, "gelu"), m.reference.linear(x, w, b, "gelu"), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        m.linear(x, w, b, "gelu"), m.reference.linear(x, w, b, "gelu"), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_variants_command_prints_the_trace(hub_env, fused_mlp_v1, capsys):
