@@ -319,6 +319,8 @@ def publish(
     client = HubClient(endpoint, token)
     client.api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True, private=private)
     notes.append(client.register_key(namespace, pub))
+    for n in notes:
+        log(n)
     heads = client.branch_heads(repo_id)
     head = heads.get(branch)
     if head is not None:
@@ -340,8 +342,6 @@ def publish(
         stage = Path(tmp)
         expected = stage_signed(Path(dist), stage, metas, version, key)
         commit = _upload_and_swap(client, repo_id, branch, head, stage, expected, log)
-    for n in notes:
-        log(n)
     log(f"{repo_id} {branch} -> {commit}" + (" (unchanged)" if commit == head else ""))
     return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
 
