@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "kernel_src")]
 
 REPO = "org/fused-mlp"
+CHILD_TIMEOUT_S = 150
 VARIANTS = ["torch-cuda", "torch-cpu", "torch-universal"]
 
 # One fresh process: import torch, load, build inputs, first result; prints one JSON line.
@@ -35,7 +36,8 @@ mode, repo = os.environ["BENCH_MODE"], os.environ["BENCH_REPO"]
 t = time.time(); info = {}
 if mode == "registry":
     import registry
-    m = registry.get_kernel(repo, version=1)
+    check = None if os.environ["BENCH_CHECK"] == "none" else "once"
+    m = registry.get_kernel(repo, version=1, check=check)
     info = {k: m.__kernel_info__[k] for k in ("source", "variant", "reason", "detail")}
     info["check"] = m.__kernel_info__["check"]["status"]
     info["check_summary"] = m.__kernel_info__["check"].get("summary")
@@ -69,19 +71,28 @@ print(json.dumps({"total_s": total, "import_torch_s": t_import, "load_s": t_load
 """
 
 
-def run_child(mode: str, repo: str, env: dict, work: Path, name: str) -> dict:
+def run_child(mode: str, repo: str, env: dict, work: Path, name: str, check: str = "once") -> dict:
     """Spawn one fresh interpreter with an empty TRITON_CACHE_DIR; its JSON report plus the scenario name."""
     cache = Path(tempfile.mkdtemp(prefix=f"triton-{name}-", dir=work))
     child_env = {
         **env,
         "BENCH_MODE": mode,
         "BENCH_REPO": repo,
+        "BENCH_CHECK": check,
         "TRITON_CACHE_DIR": str(cache),
         "BENCH_T0": repr(time.time()),
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD], env=child_env, capture_output=True, text=True, timeout=600, check=False
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"name": name, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
     if proc.returncode != 0:
         return {"name": name, "error": proc.stderr[-3000:]}
     return {"name": name, **json.loads(proc.stdout.strip().splitlines()[-1])}
@@ -146,21 +157,19 @@ def main() -> int:
         base.pop("HF_HUB_DISABLE_TELEMETRY", None)
         cache = {**base, "KERNELS_CACHE": str(work / "kernels-cache")}
         jit = {**cache, "FUSED_MLP_AOT": "0"}
+        # The comparisons first (check=None), then the check itself, then the normal fresh process.
         scenarios = [
-            ("eager", base, "eager-pytorch"),
-            (
-                "registry",
-                cache,
-                "registry-first-ever",
-            ),  # download + verify + check (JITs the check's kernels)
-            ("registry", cache, "registry-aot"),  # check cached: the normal fresh process
-            ("registry", jit, "registry-jit"),
-            ("kernels", cache, "stock-kernels-aot"),
-            ("kernels", jit, "stock-kernels-jit"),
+            ("eager", base, "eager-pytorch", "none"),
+            ("registry", cache, "registry-aot-nocheck", "none"),  # includes the first download + verify
+            ("kernels", cache, "stock-kernels-aot", "none"),
+            ("kernels", jit, "stock-kernels-jit", "none"),
+            ("registry", jit, "registry-jit-nocheck", "none"),
+            ("registry", cache, "registry-first-check", "once"),  # runs the check (JITs its fwd/bwd kernels)
+            ("registry", cache, "registry-aot", "once"),  # check cached: the normal fresh process
         ]
         runs = []
-        for mode, env, name in scenarios:
-            runs.append(run_child(mode, REPO, env, work, name))
+        for mode, env, name, check in scenarios:
+            runs.append(run_child(mode, REPO, env, work, name, check))
             print(json.dumps(runs[-1]), flush=True)
             if args.out:  # written after every run, so a time-out still leaves the finished ones
                 args.out.mkdir(parents=True, exist_ok=True)
@@ -190,8 +199,8 @@ def promises(runs: list[dict]) -> list[str]:
     problems = [f"{r['name']} crashed: {r['error']}" for r in runs if "error" in r]
     aot, first, jit = (
         by.get("registry-aot", {}),
-        by.get("registry-first-ever", {}),
-        by.get("registry-jit", {}),
+        by.get("registry-first-check", {}),
+        by.get("registry-jit-nocheck", {}),
     )
     if "info" in aot:
         if (aot["info"]["source"], aot["info"]["variant"]) != ("hub", "torch-cuda"):
@@ -200,12 +209,13 @@ def promises(runs: list[dict]) -> list[str]:
             )
         if aot["info"]["check"] != "passed (cached)":
             problems.append(f"registry-aot check: {aot['info']['check']}")
-        if aot["triton_cache_files"]:
+    for name in ("registry-aot", "registry-aot-nocheck"):
+        if by.get(name, {}).get("triton_cache_files"):
             problems.append(
-                f"registry-aot JIT-compiled: {aot['triton_cache_files']} files in TRITON_CACHE_DIR"
+                f"{name} JIT-compiled: {by[name]['triton_cache_files']} files in TRITON_CACHE_DIR"
             )
     if "info" in first and first["info"]["check"] != "passed":
-        problems.append(f"first-ever load check: {first['info']['check']}")
+        problems.append(f"first check: {first['info']['check']}: {first['info'].get('check_summary')}")
     if "triton_cache_files" in jit and not jit["triton_cache_files"]:
         problems.append("FUSED_MLP_AOT=0 wrote no Triton cache files: the JIT comparison measured no JIT")
     problems += [
