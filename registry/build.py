@@ -250,6 +250,12 @@ def selected_archs(plan: VariantPlan, wanted: tuple[str, ...] | None) -> list[st
     return [a for a in plan.archs if a in wanted]
 
 
+def parse_elf_arch(listing: str) -> str | None:
+    """The SASS arch in `cuobjdump --list-elf` output ("ELF file 1: x.sm_120a.cubin" -> "sm_120a")."""
+    archs = set(re.findall(r"\.(sm_\d+[af]?)\.cubin", listing))
+    return archs.pop() if len(archs) == 1 else None
+
+
 # ----------------------------------------------------------------------------------------------- I/O
 
 
@@ -290,6 +296,35 @@ def installed_triton_version(python: str) -> str | None:
         check=False,
     )
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def triton_cuobjdump(python: str) -> Path | None:
+    """The cuobjdump that Triton bundles in the build interpreter, or None when it has none."""
+    code = "import os, triton; print(os.path.dirname(triton.__file__))"
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    tool = Path(proc.stdout.strip()) / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return tool if proc.returncode == 0 and tool.is_file() else None
+
+
+def shipped_arch(cubin_dir: Path, requested: str, cuobjdump: Path | None) -> tuple[str, str | None]:
+    """(arch the cubins really target, note): Triton emits arch-specific SASS (sm_120 -> sm_120a) for cc >= 9.0.
+
+    Reads one cubin's ELF with cuobjdump; without the tool the requested arch is kept and the note says so.
+    """
+    cubins = sorted(cubin_dir.glob("*.cubin"))
+    if cuobjdump is None or not cubins:
+        return requested, f"{requested}: ELF arch not verified (no cuobjdump in the build's Triton)"
+    listing = subprocess.run(
+        [str(cuobjdump), "--list-elf", str(cubins[0])], capture_output=True, text=True, check=False
+    ).stdout
+    actual = parse_elf_arch(listing)
+    if actual is None:
+        raise BuildError(f"cuobjdump --list-elf {cubins[0]} names no single SASS arch:\n{listing}")
+    if actual.rstrip("af") != requested.rstrip("af"):
+        raise BuildError(f"cubins for {requested} hold SASS for {actual}: the AOT target is wrong")
+    return actual, (
+        None if actual == requested else f"{requested}: Triton emits {actual} SASS (runs only there)"
+    )
 
 
 def build_env(triton_cache: Path) -> dict[str, str]:
@@ -367,12 +402,15 @@ def compile_cubins(
     env: Mapping[str, str],
     log: Log,
     aot_kwargs: Mapping | None = None,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """AOT-compile the package's Triton kernels per arch via `<package>.triton.aot.compile_all` (no GPU needed).
 
-    `aot_kwargs` go to compile_all as is (e.g. `dtypes`, `kernels`, `jobs`: narrower builds for tests).
+    Returns (the SASS arch each folder really holds, notes). `aot_kwargs` go to compile_all as is (e.g.
+    `dtypes`, `kernels`, `jobs`: narrower builds for tests).
     """
     out_dir = variant_dir / package / "triton" / "cubins"
+    shipped, notes = [], []
+    cuobjdump = triton_cuobjdump(python)
     for arch in archs:
         code = _AOT_SCRIPT.format(
             pkg=package, out=str(out_dir), arch=arch, triton=triton_version, kwargs=dict(aot_kwargs or {})
@@ -384,8 +422,11 @@ def compile_cubins(
             raise BuildError(
                 f"aot.compile_all wrote no cubins for {arch}: the kernel package ships no AOT specs"
             )
-        log(f"  {arch}: {n} files")
-    return sorted(p.relative_to(variant_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+        actual, note = shipped_arch(out_dir / triton_version / arch, arch, cuobjdump)
+        shipped.append(actual)
+        notes += [note] if note else []
+        log(f"  {arch}: {n} files ({actual} SASS)")
+    return shipped, notes
 
 
 @dataclass(frozen=True)
@@ -513,11 +554,12 @@ def _build_variant(plan: VariantPlan, vdir: Path, ctx: _Context) -> VariantResul
         notes += build_cuda(recipe, vdir, ctx.package, ctx.matrix, ctx.matrix_path.parent / "_work" / "cuda")
         sass_archs = list(plan.archs)
     if aot_archs:
-        cubins = compile_cubins(
+        sass_archs, arch_notes = compile_cubins(
             vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, log, opts.aot_kwargs
         )
-        sass_archs, triton_versions = aot_archs, [installed]
-        notes.append(f"{len(cubins)} AOT files (cubin + json) for triton {installed}")
+        triton_versions = [installed]
+        cubins = list((vdir / ctx.package / "triton" / "cubins").rglob("*.cubin"))
+        notes += [f"{len(cubins)} AOT cubins for triton {installed}", *arch_notes]
     if ctx.api is None:
         ctx.api = read_api(vdir, ctx.package, opts.python, ctx.env)
     files = digest.hash_variant(vdir)

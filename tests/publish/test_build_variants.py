@@ -73,6 +73,13 @@ def test_aot_decision_records_why():
         b.selected_archs(plan, ("sm_75",))
 
 
+def test_parse_elf_arch():
+    assert b.parse_elf_arch("ELF file    1: k-1.sm_120a.cubin\n") == "sm_120a"
+    assert b.parse_elf_arch("ELF file    1: k.sm_80.cubin\nELF file    2: k.sm_80.cubin\n") == "sm_80"
+    assert b.parse_elf_arch("ELF file 1: a.sm_80.cubin\nELF file 2: a.sm_90a.cubin") is None
+    assert b.parse_elf_arch("") is None
+
+
 def test_backend_archs_for_triton_allow_jit_floor():
     plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
     assert b.backend_archs(plan, ["sm_90a"]) == ["9.0a", "8.0+PTX"]
@@ -185,13 +192,17 @@ def _cuobjdump() -> Path:
 
 
 def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
-    """The real AOT path (narrowed to one arch, dtype and kernel to stay fast): valid sm_90a ELF, reproducible."""
+    """The real AOT path (narrowed to one arch, dtype and kernel to stay fast): valid ELF, reproducible.
+
+    sm_120 is the telling arch: Triton emits arch-specific sm_120a SASS for it, and the metadata must say
+    so (sm_120a runs only on cc 12.0, not on 12.1).
+    """
     import subprocess
 
     import triton
 
     narrow = {
-        "aot_archs": ("sm_90a",),
+        "aot_archs": ("sm_120",),
         "aot_kwargs": {"dtypes": ("fp16",), "kernels": ("act_and_mul_kernel",)},
     }
     metas = []
@@ -203,23 +214,20 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
         metas.append((vdir / "metadata.json").read_bytes())
     meta = json.loads(metas[0])
     assert metas[0] == metas[1], "two builds of the same source differ"
-    assert (
-        meta["triton"] == [triton.__version__]
-        and triton.__version__ in b.load_matrix(MATRIX)["variants"]["torch-cuda"]["triton"]
-    )
-    assert meta["archs"] == [{"arch": "sm_90a", "sass": True, "ptx": False}]
-    assert meta["backend"]["archs"] == ["9.0a", "8.0+PTX"]
-    cubins = sorted(vdir.glob(f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/*.cubin"))
-    assert cubins and all(
-        f"fused_mlp/triton/cubins/{triton.__version__}/sm_90a/{c.name}" in meta["digest"]["files"]
-        for c in cubins
-    )
+    assert meta["triton"] == [triton.__version__]
+    assert triton.__version__ in b.load_matrix(MATRIX)["variants"]["torch-cuda"]["triton"]
+    assert meta["archs"] == [{"arch": "sm_120a", "sass": True, "ptx": False}]
+    assert meta["backend"]["archs"] == ["12.0a", "8.0+PTX"]
+    assert any("Triton emits sm_120a" in n for n in meta["build"]["notes"])
+    folder = f"fused_mlp/triton/cubins/{triton.__version__}/sm_120"
+    cubins = sorted(vdir.glob(f"{folder}/*.cubin"))
+    assert cubins and all(f"{folder}/{c.name}" in meta["digest"]["files"] for c in cubins)
     for cubin in cubins:
         assert cubin.with_suffix(".json").is_file()
         listing = subprocess.run(
             [str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True, check=True
         ).stdout
-        assert ".sm_90a.cubin" in listing, listing
+        assert b.parse_elf_arch(listing) == "sm_120a", listing
 
 
 def test_cli_skips_the_cuda_variant_with_the_reason_or_fails_when_required(source, tmp_path):
