@@ -27,33 +27,16 @@ __global__ void act_inplace_kernel(T* z, long long nvec, Act act) {
   }
 }
 
-// kUnroll vectors per thread, all loads issued before any math: more bytes in flight per thread is
-// what brings this HBM-bound kernel close to peak bandwidth.
-constexpr int kUnroll = 4;
 template <typename T, int V>
 __global__ void act_and_mul_kernel(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ out,
                                    long long nvec, Act act) {
-  const long long chunk = static_cast<long long>(blockDim.x) * kUnroll;
-  for (long long base = blockIdx.x * chunk + threadIdx.x; base < nvec; base += gridDim.x * chunk) {
-    Vec<T, V> a[kUnroll], b[kUnroll];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nvec; i += (long long)gridDim.x * blockDim.x) {
+    const Vec<T, V> a = reinterpret_cast<const Vec<T, V>*>(g)[i];
+    const Vec<T, V> b = reinterpret_cast<const Vec<T, V>*>(u)[i];
+    Vec<T, V> o;
 #pragma unroll
-    for (int r = 0; r < kUnroll; ++r) {
-      const long long i = base + r * static_cast<long long>(blockDim.x);
-      if (i < nvec) {
-        a[r] = reinterpret_cast<const Vec<T, V>*>(g)[i];
-        b[r] = reinterpret_cast<const Vec<T, V>*>(u)[i];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kUnroll; ++r) {
-      const long long i = base + r * static_cast<long long>(blockDim.x);
-      if (i < nvec) {
-        Vec<T, V> o;
-#pragma unroll
-        for (int j = 0; j < V; ++j) o.v[j] = from_f<T>(act_fwd(to_f(a[r].v[j]), act) * to_f(b[r].v[j]));
-        reinterpret_cast<Vec<T, V>*>(out)[i] = o;
-      }
-    }
+    for (int j = 0; j < V; ++j) o.v[j] = from_f<T>(act_fwd(to_f(a.v[j]), act) * to_f(b.v[j]));
+    reinterpret_cast<Vec<T, V>*>(out)[i] = o;
   }
 }
 
@@ -146,17 +129,12 @@ void act_inplace(void* z, long long n, Act act, ScalarType dtype, cudaStream_t s
 void act_and_mul(const void* gate, const void* up, void* out, long long n, Act act, ScalarType dtype,
                  cudaStream_t stream) {
   if (n == 0) return;
+  // One 16-byte vector per thread measured faster on the H200 (40 µs for [8192, 3072] bf16) than four
+  // vectors per thread with all loads first (45 µs).
   dispatch_float_types(dtype, "act_and_mul", [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kV = 16 / sizeof(T);
-    const auto* g = static_cast<const T*>(gate);
-    const auto* u = static_cast<const T*>(up);
-    auto* o = static_cast<T*>(out);
-    if (aligned16(gate) && aligned16(up) && aligned16(out) && n % kV == 0) {
-      act_and_mul_kernel<T, kV><<<grid_for((n / kV + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(g, u, o, n / kV, act);
-    } else {
-      act_and_mul_kernel<T, 1><<<grid_for((n + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(g, u, o, n, act);
-    }
+    FMLP_LAUNCH_VEC(act_and_mul_kernel, T, n, aligned16(gate) && aligned16(up) && aligned16(out), stream,
+                    static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out));
   });
   check_launch("act_and_mul");
 }
