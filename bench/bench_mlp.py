@@ -81,7 +81,11 @@ def make_inputs(w: Workload, dtype: torch.dtype) -> dict:
 
     if w.kind == "mlp":
         (d,) = w.dims
-        return {"x": rnd(w.rows, d), "ws": [rnd(d, d, scale=d**-0.5) for _ in range(3)], "bs": [rnd(d) for _ in range(3)]}
+        return {
+            "x": rnd(w.rows, d),
+            "ws": [rnd(d, d, scale=d**-0.5) for _ in range(3)],
+            "bs": [rnd(d) for _ in range(3)],
+        }
     if w.kind == "gated":
         h, i = w.dims
         return {"x": rnd(w.rows, h), "wg": rnd(i, h, scale=h**-0.5), "wu": rnd(i, h, scale=h**-0.5),
@@ -117,7 +121,9 @@ def liger_fn(w: Workload, a: dict) -> Callable[[], torch.Tensor] | None:
     from liger_kernel.ops.geglu import LigerGELUMulFunction
 
     if w.kind == "gated":
-        return lambda: F.linear(LigerGELUMulFunction.apply(F.linear(a["x"], a["wg"]), F.linear(a["x"], a["wu"])), a["wd"])
+        return lambda: F.linear(
+            LigerGELUMulFunction.apply(F.linear(a["x"], a["wg"]), F.linear(a["x"], a["wu"])), a["wd"]
+        )
     return lambda: LigerGELUMulFunction.apply(a["gate"], a["up"])
 
 
@@ -289,11 +295,41 @@ def format_row(r: dict) -> str:
 
 # ---- tile-config tuning ------------------------------------------------------------------------------
 
-SMALL = [(16, 16, 256, 4, 4), (16, 32, 256, 4, 4), (16, 32, 128, 4, 4), (16, 64, 128, 4, 4), (32, 32, 128, 4, 4)]
-MID = [(64, 128, 64, 4, 4), (128, 128, 64, 8, 3), (64, 64, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 128, 4, 3)]
-LARGE = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3), (128, 256, 64, 8, 4)]
-GATED_LARGE = [(128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 128, 64, 8, 4), (256, 64, 64, 8, 3)]
-GATED_MID = [(64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (64, 128, 64, 8, 3)]
+SMALL = [
+    (16, 16, 256, 4, 4),
+    (16, 32, 256, 4, 4),
+    (16, 32, 128, 4, 4),
+    (16, 64, 128, 4, 4),
+    (32, 32, 128, 4, 4),
+]
+MID = [
+    (64, 128, 64, 4, 4),
+    (128, 128, 64, 8, 3),
+    (64, 64, 128, 4, 4),
+    (128, 64, 64, 4, 4),
+    (64, 128, 128, 4, 3),
+]
+LARGE = [
+    (128, 256, 64, 8, 3),
+    (128, 128, 64, 8, 3),
+    (128, 128, 64, 4, 4),
+    (256, 128, 64, 8, 3),
+    (128, 256, 64, 8, 4),
+]
+GATED_LARGE = [
+    (128, 128, 64, 8, 3),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (128, 128, 64, 8, 4),
+    (256, 64, 64, 8, 3),
+]
+GATED_MID = [
+    (64, 128, 64, 4, 4),
+    (64, 64, 64, 4, 4),
+    (128, 64, 64, 4, 4),
+    (128, 128, 64, 8, 3),
+    (64, 128, 64, 8, 3),
+]
 GATED_SMALL = [(16, 32, 256, 4, 4), (16, 64, 128, 4, 4), (16, 32, 128, 4, 4), (16, 16, 256, 4, 4)]
 
 # (table, row bound it tunes, candidates, problems (M, N, K) that bound must serve)
@@ -352,8 +388,53 @@ def tune(dtype: torch.dtype) -> list[dict]:
         results.append({"table": "ELEMENTWISE", "config": [block, warps], "gpu_us": timings[(block, warps)]})
     best_block, best_warps = min(timings, key=timings.get)
     configs.ELEMENTWISE[arch] = configs.ElementwiseConfig(best_block, best_warps)
-    print(f"tune ELEMENTWISE: best BLOCK={best_block} warps={best_warps} {timings[(best_block, best_warps)]:.1f} us")
+    print(
+        f"tune ELEMENTWISE: best BLOCK={best_block} warps={best_warps} {timings[(best_block, best_warps)]:.1f} us"
+    )
     return results
+
+
+def host_breakdown() -> dict[str, float]:
+    """Host µs of the pieces of one graph-cached small-batch `mlp` call (the M=16 path is host-bound)."""
+    from fused_mlp.triton import forward, graphs, ops
+
+    a = make_inputs(WORKLOADS[1], torch.bfloat16)
+    x, ws, bs = a["x"], a["ws"], a["bs"]
+    tiny = torch.zeros(16, device="cuda")
+    tiny_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(tiny_graph):
+        tiny.add_(1)
+    pieces = {
+        "fused_mlp.mlp (graph hit)": lambda: fused_mlp.mlp(x, ws, bs, "relu"),
+        "x.new_empty": lambda: x.new_empty((16, 1024)),
+        "graph cache key": lambda: (
+            "mlp",
+            "relu",
+            x.data_ptr(),
+            x.shape,
+            x.stride(),
+            x.dtype,
+            0,
+            *[(w.data_ptr(), w.shape, w.stride(), w.dtype) for w in ws],
+            *[b.data_ptr() for b in bs],
+        ),
+        "_needs_op + usable": lambda: (ops._needs_op(x, *ws, *bs), graphs.usable(x)),
+        "CUDAGraph.replay (1 tiny kernel)": tiny_graph.replay,
+        "one Triton launch (act_and_mul, 16 elems)": lambda: forward.act_and_mul(tiny, tiny, "silu"),
+    }
+    out = {}
+    with torch.no_grad():
+        for name, fn in pieces.items():
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            torch.cuda.synchronize()
+            out[name] = (time.perf_counter() - t0) / 2000 * 1e6
+            print(f"host {name:<45} {out[name]:7.2f} us", flush=True)
+    return out
 
 
 def environment() -> dict:
@@ -382,18 +463,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench_mlp.json"))
     parser.add_argument("--dtypes", default="bf16,fp16", help="comma list of bf16, fp16")
-    parser.add_argument("--max-autotune", action="store_true", help="also time torch.compile(mode='max-autotune')")
+    parser.add_argument(
+        "--max-autotune", action="store_true", help="also time torch.compile(mode='max-autotune')"
+    )
     parser.add_argument("--tune", action="store_true", help="measure tile configs first and use the best")
     parser.add_argument("--only", default="", help="substring filter on workload names")
+    parser.add_argument("--host", action="store_true", help="also time the host pieces of a small-batch call")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mlp needs a CUDA GPU", file=sys.stderr)
         return 2
-    report = {"environment": environment(), "tuning": [], "rows": []}
+    report = {"environment": environment(), "tuning": [], "rows": [], "host_us": {}}
     print(json.dumps(report["environment"]))
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
     if args.tune:
         report["tuning"] = tune(dtypes[0])
+    if args.host:
+        report["host_us"] = host_breakdown()
     for dtype in dtypes:
         for w in WORKLOADS:
             if args.only in w.name:

@@ -78,7 +78,13 @@ class GatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         projs = (self.gate_proj, self.up_proj, self.down_proj)
         if any(p.bias is not None for p in projs):
-            raise ValueError("GatedMLP fuses bias-free projections only; this module's projections have biases")
+            raise ValueError(
+                "GatedMLP fuses bias-free projections only; this module's projections have biases"
+            )
         return gated_mlp(
-            x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, _module_activation(self, "gelu_tanh")
+            x,
+            self.gate_proj.weight,
+            self.up_proj.weight,
+            self.down_proj.weight,
+            _module_activation(self, "gelu_tanh"),
         )

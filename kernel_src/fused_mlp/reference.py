@@ -49,7 +49,9 @@ def normalize_biases(
         return [None] * len(weights)
     biases = list(biases)
     if len(biases) != len(weights):
-        raise ValueError(f"mlp got {len(weights)} weights but {len(biases)} biases; pass one bias (or None) per layer")
+        raise ValueError(
+            f"mlp got {len(weights)} weights but {len(biases)} biases; pass one bias (or None) per layer"
+        )
     return biases
 
 

@@ -24,7 +24,13 @@ def _compile_in_subprocess(out_dir: Path, arch: str, kernels: list[str]) -> list
         f"kernels={kernels!r}, dtypes=['fp16'], jobs=2)]))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=KERNEL_SRC, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=KERNEL_SRC,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -40,7 +46,10 @@ def test_compile_all_writes_indexed_cubins(tmp_path, arch):
     cubin = next(Path(p) for p in written if p.endswith(".cubin"))
     assert cubin.read_bytes()[:4] == b"\x7fELF"
     meta = json.loads(cubin.with_suffix(".json").read_text())
-    assert meta["target"]["arch"] == aot.AOT_ARCHS[arch] and meta["fused_mlp_spec"]["kernel"] == "act_and_mul_kernel"
+    assert (
+        meta["target"]["arch"] == aot.AOT_ARCHS[arch]
+        and meta["fused_mlp_spec"]["kernel"] == "act_and_mul_kernel"
+    )
     index = aot.load_index(out, triton.__version__, arch)
     assert set(index) == {s.key() for s in wanted}
     assert aot.load_index(out, "0.0.0", arch) == {}

@@ -36,7 +36,9 @@ def test_available_cuda_backend_takes_precedence(tmp_path):
 
 
 def test_unavailable_cuda_backend_is_skipped_with_reason(tmp_path):
-    pkg = _import_copy(tmp_path, "fused_mlp_sel_b", "def available():\n    return False, 'no sm_90 GPU here'\n")
+    pkg = _import_copy(
+        tmp_path, "fused_mlp_sel_b", "def available():\n    return False, 'no sm_90 GPU here'\n"
+    )
     assert pkg.BACKEND_SKIPPED["cuda"] == "no sm_90 GPU here"
     assert pkg.BACKEND in ("triton", "reference")
 
@@ -50,4 +52,6 @@ def test_missing_cuda_backend_falls_through(tmp_path):
 def test_public_api_matches_reference_signatures(name):
     import inspect
 
-    assert inspect.signature(getattr(fused_mlp, name)) == inspect.signature(getattr(fused_mlp.reference, name))
+    assert inspect.signature(getattr(fused_mlp, name)) == inspect.signature(
+        getattr(fused_mlp.reference, name)
+    )

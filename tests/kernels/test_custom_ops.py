@@ -22,7 +22,10 @@ def _ops():
 def test_opcheck_every_op():
     ops = _ops()
     x = randn(5, 32, dtype=torch.float32, grad=True)
-    w1, w2 = randn(48, 32, dtype=torch.float32, scale=0.2, grad=True), randn(16, 48, dtype=torch.float32, grad=True)
+    w1, w2 = (
+        randn(48, 32, dtype=torch.float32, scale=0.2, grad=True),
+        randn(16, 48, dtype=torch.float32, grad=True),
+    )
     b1 = randn(48, dtype=torch.float32, grad=True)
     g, u = randn(5, 48, dtype=torch.float32, grad=True), randn(5, 48, dtype=torch.float32, grad=True)
     wg, wu = randn(48, 32, dtype=torch.float32, grad=True), randn(48, 32, dtype=torch.float32, grad=True)
@@ -41,9 +44,14 @@ def test_opcheck_every_op():
 
 def test_compile_fullgraph_no_recompile_across_batch_sizes():
     torch._dynamo.reset()
-    w1, w2 = randn(48, 32, dtype=torch.float32, scale=0.2, grad=True), randn(16, 48, dtype=torch.float32, grad=True)
+    w1, w2 = (
+        randn(48, 32, dtype=torch.float32, scale=0.2, grad=True),
+        randn(16, 48, dtype=torch.float32, grad=True),
+    )
     b1, b2 = randn(48, dtype=torch.float32, grad=True), randn(16, dtype=torch.float32, grad=True)
-    wg, wu, wd = (randn(*s, dtype=torch.float32, scale=0.2, grad=True) for s in ((24, 16), (24, 16), (16, 24)))
+    wg, wu, wd = (
+        randn(*s, dtype=torch.float32, scale=0.2, grad=True) for s in ((24, 16), (24, 16), (16, 24))
+    )
 
     def model(x):
         h = fused_mlp.mlp(x, [w1, w2], [b1, b2], "gelu_tanh")

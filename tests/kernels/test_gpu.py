@@ -90,7 +90,10 @@ def test_opcheck_on_cuda():
     ops = getattr(torch.ops, OPS_NAMESPACE)
     d = torch.bfloat16
     x = randn(5, 64, dtype=d, device=DEV, grad=True)
-    w1, w2 = randn(48, 64, dtype=d, device=DEV, scale=0.1, grad=True), randn(32, 48, dtype=d, device=DEV, grad=True)
+    w1, w2 = (
+        randn(48, 64, dtype=d, device=DEV, scale=0.1, grad=True),
+        randn(32, 48, dtype=d, device=DEV, grad=True),
+    )
     b1 = randn(48, dtype=d, device=DEV, grad=True)
     wg, wu = randn(48, 64, dtype=d, device=DEV, grad=True), randn(48, 64, dtype=d, device=DEV, grad=True)
     g, u = randn(5, 48, dtype=d, device=DEV, grad=True), randn(5, 48, dtype=d, device=DEV, grad=True)
@@ -115,7 +118,9 @@ def test_compile_inductor_fullgraph_no_recompile():
 
     def model_ref(x):
         ws64, bs64 = [w.double() for w in ws], [b.double() for b in bs]
-        return ref.gated_mlp(ref.mlp(x, ws64, bs64, "relu"), wg.double(), wu.double(), wd.double(), "gelu_tanh")
+        return ref.gated_mlp(
+            ref.mlp(x, ws64, bs64, "relu"), wg.double(), wu.double(), wd.double(), "gelu_tanh"
+        )
 
     compiled = torch.compile(model, fullgraph=True, dynamic=True)
     try:
@@ -176,7 +181,10 @@ def test_aot_cubin_matches_jit(tmp_path, monkeypatch):
         pytest.skip(f"no AOT target for {arch}")
     aot.compile_all(tmp_path, arch, kernels=["linear_kernel"], dtypes=["bf16"], jobs=8)
     index = aot.load_index(tmp_path, triton.__version__, arch)
-    x, w = randn(256, 1024, dtype=torch.bfloat16, device=DEV), randn(512, 1024, dtype=torch.bfloat16, device=DEV)
+    x, w = (
+        randn(256, 1024, dtype=torch.bfloat16, device=DEV),
+        randn(512, 1024, dtype=torch.bfloat16, device=DEV),
+    )
     b = randn(512, dtype=torch.bfloat16, device=DEV)
     jit_out = torch.empty(256, 512, dtype=torch.bfloat16, device=DEV)
     with monkeypatch.context() as m:

@@ -32,7 +32,9 @@ def test_linear_forward_backward(dtype, activation, has_bias):
     expected = ref.linear(x64, w64, b64, activation)
     assert_close(out, expected, dtype, "linear forward")
     up = torch.randn(expected.shape, dtype=torch.float64)
-    for name, got, want in zip(("dx", "dw", "db"), grads(out, (x, w, b), up), grads(expected, (x64, w64, b64), up)):
+    for name, got, want in zip(
+        ("dx", "dw", "db"), grads(out, (x, w, b), up), grads(expected, (x64, w64, b64), up)
+    ):
         if want is not None:
             assert_close(got, want, dtype, f"linear {name}")
 
@@ -71,14 +73,19 @@ def test_mlp_without_biases_and_single_layer():
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_gated_mlp_forward_backward(dtype, activation):
     x = randn(2, 19, 96, dtype=dtype, scale=0.5, grad=True)
-    wg, wu = randn(80, 96, dtype=dtype, scale=0.1, grad=True), randn(80, 96, dtype=dtype, scale=0.1, grad=True)
+    wg, wu = (
+        randn(80, 96, dtype=dtype, scale=0.1, grad=True),
+        randn(80, 96, dtype=dtype, scale=0.1, grad=True),
+    )
     wd = randn(96, 80, dtype=dtype, scale=0.1, grad=True)
     out = fused_mlp.gated_mlp(x, wg, wu, wd, activation)
     p64 = as64(x, wg, wu, wd)
     expected = ref.gated_mlp(*p64, activation)
     assert_close(out, expected, dtype, "gated_mlp forward")
     up = torch.randn(expected.shape, dtype=torch.float64)
-    for name, got, want in zip(("dx", "dwg", "dwu", "dwd"), grads(out, (x, wg, wu, wd), up), grads(expected, p64, up)):
+    for name, got, want in zip(
+        ("dx", "dwg", "dwu", "dwd"), grads(out, (x, wg, wu, wd), up), grads(expected, p64, up)
+    ):
         assert_close(got, want, dtype, f"gated_mlp {name}")
 
 
@@ -91,7 +98,9 @@ def test_act_and_mul_forward_backward(dtype, activation):
     expected = ref.act_and_mul(g64, u64, activation)
     assert_close(out, expected, dtype, "act_and_mul forward")
     upstream = torch.randn(expected.shape, dtype=torch.float64)
-    for name, got, want in zip(("dgate", "dup"), grads(out, (gate, up), upstream), grads(expected, (g64, u64), upstream)):
+    for name, got, want in zip(
+        ("dgate", "dup"), grads(out, (gate, up), upstream), grads(expected, (g64, u64), upstream)
+    ):
         assert_close(got, want, dtype, f"act_and_mul {name}")
 
 

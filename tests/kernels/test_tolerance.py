@@ -31,7 +31,11 @@ def test_one_term_short_reduction_fails(dtype):
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16))
 def test_dropped_bias_fails(dtype):
-    x, w, b = randn(37, 96, dtype=dtype), randn(80, 96, dtype=dtype, scale=0.1), randn(80, dtype=dtype, scale=0.3)
+    x, w, b = (
+        randn(37, 96, dtype=dtype),
+        randn(80, 96, dtype=dtype, scale=0.1),
+        randn(80, dtype=dtype, scale=0.3),
+    )
     expected = ref.linear(*as64(x, w, b), "relu")
     assert rel_err(_run_kernel(x, w, None, "relu", 96), expected) > TOL[dtype]
 

@@ -41,6 +41,13 @@ def act_and_mul_backward_kernel(
 
 ACT_AND_MUL_BACKWARD = KernelDef(
     fn=act_and_mul_backward_kernel,
-    params=(("dy_ptr", "ptr"), ("g_ptr", "ptr"), ("u_ptr", "ptr"), ("dg_ptr", "ptr"), ("du_ptr", "ptr"), ("n", "i32")),
+    params=(
+        ("dy_ptr", "ptr"),
+        ("g_ptr", "ptr"),
+        ("u_ptr", "ptr"),
+        ("dg_ptr", "ptr"),
+        ("du_ptr", "ptr"),
+        ("n", "i32"),
+    ),
     constexprs=("ACT", "BLOCK"),
 )

@@ -101,8 +101,11 @@ def _compile_to(args: tuple[AotSpec, str, str]) -> list[str]:
     compiled = triton.compile(
         _source(kdef, spec),
         target=GPUTarget("cuda", AOT_ARCHS[arch], 32),
-        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages,
-                 "launch_pdl": bool(dict(zip(kdef.constexprs, spec.consts)).get("PDL", False))},  # fmt: skip
+        options={
+            "num_warps": spec.num_warps,
+            "num_stages": spec.num_stages,
+            "launch_pdl": bool(dict(zip(kdef.constexprs, spec.consts)).get("PDL", False)),
+        },
     )
     meta = json.loads(json.dumps(compiled.metadata._asdict(), default=vars))
     meta["fused_mlp_spec"] = {"kernel": spec.kernel, "dtype": spec.dtype, "consts": list(spec.consts),
@@ -136,7 +139,9 @@ def compile_all(
             f"run the build in an environment with triton=={triton_version}"
         )
     if os.environ.get("TRITON_INTERPRET") == "1":
-        raise RuntimeError("compile_all cannot run with TRITON_INTERPRET=1 (kernels are interpreted); unset it")
+        raise RuntimeError(
+            "compile_all cannot run with TRITON_INTERPRET=1 (kernels are interpreted); unset it"
+        )
     folder = Path(out_dir) / triton.__version__ / arch
     folder.mkdir(parents=True, exist_ok=True)
     wanted = None if kernels is None else set(kernels)
@@ -188,7 +193,9 @@ _DISABLED = os.environ.get("FUSED_MLP_AOT") == "0"
 def _device_index(device: torch.device) -> dict[tuple, _Entry]:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _INDEX:
-        _INDEX[idx] = load_index(CUBIN_ROOT, triton.__version__, arch_of(torch.cuda.get_device_capability(idx)))
+        _INDEX[idx] = load_index(
+            CUBIN_ROOT, triton.__version__, arch_of(torch.cuda.get_device_capability(idx))
+        )
     return _INDEX[idx]
 
 

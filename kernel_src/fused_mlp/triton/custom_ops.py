@@ -56,7 +56,9 @@ def _join_biases(n: int, present: list[Tensor], layers: list[int]) -> list[Tenso
 
 
 @_custom_op("triton_mlp")
-def mlp(x: Tensor, weights: list[Tensor], biases: list[Tensor], bias_layers: list[int], activation: str) -> Tensor:
+def mlp(
+    x: Tensor, weights: list[Tensor], biases: list[Tensor], bias_layers: list[int], activation: str
+) -> Tensor:
     """The layer chain; `biases` holds the present biases, `bias_layers` the layers they belong to."""
     all_biases = _join_biases(len(weights), biases, bias_layers)
     forward.check_mlp(x, weights, all_biases)

@@ -113,7 +113,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-def check_mlp(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None]) -> None:
+def check_mlp(
+    x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None]
+) -> None:
     if len(weights) == 0:
         raise ValueError("mlp needs at least one weight")
     features = x.shape[-1]
@@ -158,7 +160,17 @@ def gate_up_rows(
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
     args = (x2, w_gate, w_up, h, M, N, K, x2.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0))
     pdl = uses_pdl(device_arch(x2), M)
-    consts = (ACT_CODES[activation], K % cfg.BK == 0, upcast, precision, pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
+    consts = (
+        ACT_CODES[activation],
+        K % cfg.BK == 0,
+        upcast,
+        precision,
+        pdl,
+        cfg.BM,
+        cfg.BN,
+        cfg.BK,
+        cfg.GROUP_M,
+    )
     launch(GATE_UP_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
     return h
 
@@ -178,7 +190,9 @@ def _elementwise(kdef, op: str, tensors: tuple[torch.Tensor, ...], n_out: int, a
     first = tensors[0]
     for t in tensors[1:]:
         if t.shape != first.shape:
-            raise ValueError(f"{op}: shapes differ: {tuple(first.shape)} vs {tuple(t.shape)}; pass equal shapes")
+            raise ValueError(
+                f"{op}: shapes differ: {tuple(first.shape)} vs {tuple(t.shape)}; pass equal shapes"
+            )
     flat = tuple(t.contiguous() for t in tensors)
     outs = tuple(torch.empty_like(flat[0]) for _ in range(n_out))
     n = first.numel()
