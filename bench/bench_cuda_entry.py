@@ -11,6 +11,7 @@ the CUDA backend next to the eager anchors: python bench/bench_cuda_entry.py [--
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ HIDDEN_MLP, HIDDEN_GATED, INTER_GATED = 1024, 768, 3072
 
 def make_case(op: str, m: int, dtype=torch.bfloat16, device="cuda") -> tuple[tuple, dict]:
     """Fresh random inputs for one case: (args, kwargs) of the public op."""
+
     def r(*shape, scale=1.0):
         return torch.randn(*shape, device=device, dtype=dtype) * scale
 
@@ -34,7 +36,9 @@ def make_case(op: str, m: int, dtype=torch.bfloat16, device="cuda") -> tuple[tup
         return (r(m, HIDDEN_MLP), ws, [r(HIDDEN_MLP) for _ in range(3)]), {"activation": "relu"}
     if op == "gated_mlp":
         h, i = HIDDEN_GATED, INTER_GATED
-        return (r(m, h), r(i, h, scale=h**-0.5), r(i, h, scale=h**-0.5), r(h, i, scale=i**-0.5)), {"activation": "gelu_tanh"}
+        return (r(m, h), r(i, h, scale=h**-0.5), r(i, h, scale=h**-0.5), r(h, i, scale=i**-0.5)), {
+            "activation": "gelu_tanh"
+        }
     return (r(m, INTER_GATED), r(m, INTER_GATED)), {"activation": "gelu_tanh"}
 
 
@@ -96,9 +100,13 @@ def rows(modules: dict[str, object] | None = None, only: str | None = None) -> l
             if only and op != only:
                 continue
             args, kwargs = make_case(op, m)
-            fns = {name: (lambda mod=mod: getattr(mod, op)(*args, **kwargs)) for name, mod in modules.items()}
+            fns = {
+                name: functools.partial(getattr(mod, op), *args, **kwargs) for name, mod in modules.items()
+            }
             if op == "gated_mlp" and "cuda" in modules:
-                fns["cuda unfused gate/up"] = lambda: unfused_gated(*args, kwargs["activation"], modules["cuda"].act_and_mul)
+                fns["cuda unfused gate/up"] = functools.partial(
+                    unfused_gated, *args, kwargs["activation"], modules["cuda"].act_and_mul
+                )
             for name, fn in fns.items():
                 host, graph = time_host(fn), time_graph(fn)
                 out.append({"op": op, "M": m, "impl": name, "host_us": round(host, 1), "graph_us": round(graph, 1),
@@ -107,7 +115,10 @@ def rows(modules: dict[str, object] | None = None, only: str | None = None) -> l
 
 
 def markdown(table: list[dict]) -> str:
-    lines = ["| op | M | impl | host µs/call | graph µs/call | goal µs | meets |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| op | M | impl | host µs/call | graph µs/call | goal µs | meets |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in table:
         lines.append(f"| {r['op']} | {r['M']} | {r['impl']} | {r['host_us']} | {r['graph_us']} | {r['goal_us']} | "
                      f"{'yes' if r['meets_goal'] else 'no'} |")  # fmt: skip
@@ -124,7 +135,11 @@ def main() -> int:
     print(markdown(table))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": table}, f, indent=1)
+            json.dump(
+                {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": table},
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -16,15 +16,16 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomllib
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-import abi_check  # noqa: E402  (sibling module; build/ is not a package)
+import abi_check
 
 VARIANT = "torch-stable-abi211-cu130-x86_64-linux"
 SO_IN_WHEEL = "fused_mlp/cuda/_C.abi3.so"
@@ -59,7 +60,9 @@ def cuda_plan(matrix: dict) -> CudaPlan:
     """The CUDA variant's entry of the parsed build/matrix.toml."""
     spec = matrix.get("variants", {}).get(VARIANT)
     if spec is None:
-        raise CudaBuildError(f"build/matrix.toml has no [variants.{VARIANT}]; add it to build the CUDA variant")
+        raise CudaBuildError(
+            f"build/matrix.toml has no [variants.{VARIANT}]; add it to build the CUDA variant"
+        )
     archs, ptx = tuple(spec["archs"]), tuple(spec.get("ptx", ()))
     if not set(ptx) <= set(archs):
         raise CudaBuildError(f"[variants.{VARIANT}] ptx {list(ptx)} must be a subset of archs {list(archs)}")
@@ -87,7 +90,9 @@ def read_namespace(package_dir: Path) -> str:
     """OPS_NAMESPACE from the package's _build_info.py (the builder rewrites it per variant)."""
     tree = ast.parse((package_dir / "_build_info.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "OPS_NAMESPACE" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", "") == "OPS_NAMESPACE" for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise CudaBuildError(f"{package_dir / '_build_info.py'} defines no OPS_NAMESPACE")
 
@@ -106,7 +111,7 @@ def _cuda_torch_info(python: str) -> tuple[str | None, str]:
     """(torch's CUDA version or None, torch's package dir) in `python`; (None, why) when torch is missing."""
     code = "import torch, os; print(torch.version.cuda); print(os.path.dirname(torch.__file__))"
     try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     except OSError as exc:
         return None, str(exc)
     if proc.returncode != 0:
@@ -127,8 +132,10 @@ def find_toolchain(python: str | None, cuda_major: str = "13") -> Toolchain:
     if not nvcc.exists():
         on_path = shutil.which("nvcc")
         if on_path is None:
-            raise CudaBuildUnavailable(f"no nvcc: {nvcc} does not exist and none is on PATH; install the CUDA "
-                                       f"{cuda_major} toolkit or set CUDA_HOME")
+            raise CudaBuildUnavailable(
+                f"no nvcc: {nvcc} does not exist and none is on PATH; install the CUDA "
+                f"{cuda_major} toolkit or set CUDA_HOME"
+            )
         home, nvcc = Path(on_path).resolve().parent.parent, Path(on_path)
     tried = []
     for cand in _candidate_pythons(python):
@@ -148,7 +155,9 @@ def _find_cuobjdump(site_packages: Path) -> str:
                  REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump"):  # fmt: skip
         if cand and Path(cand).exists():
             return str(cand)
-    raise CudaBuildUnavailable("no cuobjdump on PATH or in triton's package (pip install triton, or the CUDA toolkit's)")
+    raise CudaBuildUnavailable(
+        "no cuobjdump on PATH or in triton's package (pip install triton, or the CUDA toolkit's)"
+    )
 
 
 def cuda_unavailable_reason(python: str | None = None) -> str | None:
@@ -161,7 +170,7 @@ def cuda_unavailable_reason(python: str | None = None) -> str | None:
 
 
 def _run(cmd: list[str], env: dict, cwd: Path, what: str) -> None:
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = (proc.stdout + proc.stderr).strip().splitlines()
         errors = [ln for ln in lines if " error" in ln or ln.startswith("error")][:20]
@@ -192,7 +201,12 @@ def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: s
         **ext_env,
         "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
     }
-    _run([tools.python, str(HERE / "setup.py"), "-q", "bdist_wheel", "--dist-dir", str(dist)], env, work, "nvcc build")
+    _run(
+        [tools.python, str(HERE / "setup.py"), "-q", "bdist_wheel", "--dist-dir", str(dist)],
+        env,
+        work,
+        "nvcc build",
+    )
     (wheel,) = dist.glob("*.whl")
     excludes = [arg for pat in REPAIR_EXCLUDES for arg in ("--exclude", pat)]
     _run([str(Path(bin_dir) / "auditwheel"), "repair", "--plat", "manylinux_2_28_x86_64", *excludes,
@@ -225,10 +239,16 @@ def stage_dev_package(source: Path, stage: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--package", type=Path, default=None,
-                        help="staged fused_mlp package to build into (default: a copy of kernel_src/fused_mlp "
-                             "in <out>/stage, importable with PYTHONPATH=<out>/stage)")
-    parser.add_argument("--out", type=Path, default=REPO / "build" / "_work" / "cuda", help="scratch/wheel folder")
+    parser.add_argument(
+        "--package",
+        type=Path,
+        default=None,
+        help="staged fused_mlp package to build into (default: a copy of kernel_src/fused_mlp "
+        "in <out>/stage, importable with PYTHONPATH=<out>/stage)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "build" / "_work" / "cuda", help="scratch/wheel folder"
+    )
     parser.add_argument("--matrix", type=Path, default=REPO / "build" / "matrix.toml")
     parser.add_argument("--python", default=None, help="python with a CUDA 13 torch (default: .venv-cuda)")
     args = parser.parse_args(argv)

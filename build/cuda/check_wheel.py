@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import tomllib
 import zipfile
 from pathlib import Path
 
+import tomllib
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import abi_check  # noqa: E402
-import build_variant  # noqa: E402
+import abi_check
+import build_variant
 
 
 def check_wheel(wheel: Path) -> list[abi_check.CheckResult]:

@@ -12,9 +12,9 @@ the time torch.ops.load_library opens this file.
 
 import os
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
@@ -22,7 +22,7 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-import build_variant  # noqa: E402
+import build_variant
 
 matrix = tomllib.loads((REPO / "build" / "matrix.toml").read_text())
 defaults = build_variant.extension_env(REPO / "kernel_src" / "fused_mlp", build_variant.cuda_plan(matrix))

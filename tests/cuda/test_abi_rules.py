@@ -3,15 +3,15 @@ on symbol tables, the arch rule of the backend's availability check, and clear r
 toolchain is missing. Fast; needs neither nvcc nor a GPU."""
 
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "build" / "cuda"))
-import abi_check  # noqa: E402
-import build_variant  # noqa: E402
+import abi_check
+import build_variant
 
 MATRIX = tomllib.loads((REPO / "build" / "matrix.toml").read_text())
 
@@ -38,7 +38,9 @@ def test_ptx_outside_the_sass_archs_is_refused():
 
 
 def test_namespace_is_read_from_build_info(tmp_path):
-    (tmp_path / "_build_info.py").write_text('"""x"""\nOPS_NAMESPACE = "fused_mlp_1a2b3c4d"\nBUILD_ID = "b"\n')
+    (tmp_path / "_build_info.py").write_text(
+        '"""x"""\nOPS_NAMESPACE = "fused_mlp_1a2b3c4d"\nBUILD_ID = "b"\n'
+    )
     assert build_variant.read_namespace(tmp_path) == "fused_mlp_1a2b3c4d"
 
 

@@ -3,7 +3,6 @@ with "needs a CUDA device" (here: the unbuilt source tree under the CPU torch of
 
 import pytest
 import torch
-
 from fused_mlp import cuda as cuda_backend
 from fused_mlp.cuda import ops
 

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
-from kernel_numerics import ACTIVATIONS, TOL, as64, assert_close, grads, randn, rel_err  # noqa: E402
-
-import fused_mlp.reference as ref  # noqa: E402
-from fused_mlp import cuda as cuda_backend  # noqa: E402
-from fused_mlp._build_info import OPS_NAMESPACE  # noqa: E402
+import fused_mlp.reference as ref
+from fused_mlp import cuda as cuda_backend
+from fused_mlp._build_info import OPS_NAMESPACE
+from kernel_numerics import ACTIVATIONS, TOL, as64, assert_close, grads, randn, rel_err
 
 OK, WHY = cuda_backend.available() if torch.cuda.is_available() else (False, "no CUDA device")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
@@ -38,7 +37,9 @@ def check_grads(out, inputs, expected, p64, dtype, what, eager=None):
             assert_close(got, want, dtype, f"{what} grad of input {i}")
         else:
             bound = max(TOL[dtype], 3 * rel_err(base, want))
-            assert rel_err(got, want) <= bound, f"{what} grad of input {i}: {rel_err(got, want):.3e} > {bound:.3e}"
+            assert rel_err(got, want) <= bound, (
+                f"{what} grad of input {i}: {rel_err(got, want):.3e} > {bound:.3e}"
+            )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,7 +62,10 @@ def test_linear(dtype, activation):
 def test_mlp(dtype, activation):
     for with_bias in (True, False):
         x = randn(3, 41, 64, dtype=dtype, device=DEV, grad=True)
-        ws = [randn(o, i, dtype=dtype, device=DEV, scale=0.15, grad=True) for o, i in ((96, 64), (40, 96), (24, 40))]
+        ws = [
+            randn(o, i, dtype=dtype, device=DEV, scale=0.15, grad=True)
+            for o, i in ((96, 64), (40, 96), (24, 40))
+        ]
         bs = [randn(w.shape[0], dtype=dtype, device=DEV, grad=True) for w in ws] if with_bias else None
         out = ops.mlp(x, ws, bs, activation)
         p64 = as64(x, *ws, *(bs or []))
@@ -77,7 +81,9 @@ def test_mlp_with_some_biases_none():
     x = randn(9, 16, dtype=d, device=DEV)
     ws = [randn(24, 16, dtype=d, device=DEV), randn(8, 24, dtype=d, device=DEV)]
     bs = [None, randn(8, dtype=d, device=DEV)]
-    assert_close(ops.mlp(x, ws, bs), ref.mlp(x.double(), [w.double() for w in ws], [None, bs[1].double()]), d, "mlp")
+    assert_close(
+        ops.mlp(x, ws, bs), ref.mlp(x.double(), [w.double() for w in ws], [None, bs[1].double()]), d, "mlp"
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -114,7 +120,10 @@ def test_opcheck():
     o = getattr(torch.ops, OPS_NAMESPACE)
     d = torch.bfloat16
     x = randn(5, 64, dtype=d, device=DEV, grad=True)
-    w1, w2 = randn(48, 64, dtype=d, device=DEV, scale=0.1, grad=True), randn(32, 48, dtype=d, device=DEV, grad=True)
+    w1, w2 = (
+        randn(48, 64, dtype=d, device=DEV, scale=0.1, grad=True),
+        randn(32, 48, dtype=d, device=DEV, grad=True),
+    )
     b1, b2 = randn(48, dtype=d, device=DEV, grad=True), randn(32, dtype=d, device=DEV, grad=True)
     wg, wu = randn(48, 64, dtype=d, device=DEV, grad=True), randn(48, 64, dtype=d, device=DEV, grad=True)
     wd = randn(64, 48, dtype=d, device=DEV, grad=True)
@@ -180,7 +189,9 @@ def test_capture_inside_user_cuda_graph():
             out = ops.mlp(x, ws, bs)
         x.copy_(torch.randn_like(x))
         graph.replay()
-    assert_close(out, ref.mlp(x.double(), [w.double() for w in ws], [b.double() for b in bs]), d, "mlp in a graph")
+    assert_close(
+        out, ref.mlp(x.double(), [w.double() for w in ws], [b.double() for b in bs]), d, "mlp in a graph"
+    )
 
 
 def test_cpu_tensor_is_refused_clearly():

@@ -52,19 +52,31 @@ def _build_record() -> dict:
 def availability() -> tuple[bool, str]:
     """(True, "") or (False, the first reason this backend cannot run here)."""
     if not EXTENSION.exists():
-        return False, (f"no compiled extension at {EXTENSION}: this is an unbuilt source tree; "
-                       "build it with `kernel-hub build` or build/cuda/build_variant.py")
+        return False, (
+            f"no compiled extension at {EXTENSION}: this is an unbuilt source tree; "
+            "build it with `kernel-hub build` or build/cuda/build_variant.py"
+        )
     if _torch_version() < MIN_TORCH:
         return False, f"torch {torch.__version__} is older than 2.11, the stable ABI this build targets"
     if torch.version.cuda is None or not torch.version.cuda.startswith("13."):
-        return False, f"needs a CUDA 13 build of torch; this torch is built for {torch.version.cuda or 'CPU only'}"
+        return (
+            False,
+            f"needs a CUDA 13 build of torch; this torch is built for {torch.version.cuda or 'CPU only'}",
+        )
     if not torch.cuda.is_available():
         return False, "needs a CUDA device; torch sees none"
     cc = torch.cuda.get_device_capability()
     record = _build_record()
     archs, ptx = record.get("archs", []), record.get("ptx", [])
-    if archs and not any(arch_runs(a, False, cc) for a in archs) and not any(arch_runs(a, True, cc) for a in ptx):
-        return False, f"built for {', '.join(archs)} (PTX {', '.join(ptx) or 'none'}); this GPU is sm_{cc[0]}{cc[1]}"
+    if (
+        archs
+        and not any(arch_runs(a, False, cc) for a in archs)
+        and not any(arch_runs(a, True, cc) for a in ptx)
+    ):
+        return (
+            False,
+            f"built for {', '.join(archs)} (PTX {', '.join(ptx) or 'none'}); this GPU is sm_{cc[0]}{cc[1]}",
+        )
     try:
         load()
     except RuntimeError as exc:

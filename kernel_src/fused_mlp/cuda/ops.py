@@ -67,7 +67,9 @@ def mlp(
         biases = []
     else:  # a layer without bias inside a biased MLP adds zeros
         biases = [b if b is not None else w.new_zeros(w.shape[0]) for w, b in zip(weights, biases)]
-    outs = _call(_needs_autograd(x, *weights, *biases), _ops().cuda_mlp.default, x, weights, biases, activation)
+    outs = _call(
+        _needs_autograd(x, *weights, *biases), _ops().cuda_mlp.default, x, weights, biases, activation
+    )
     return outs[-1]
 
 
@@ -81,8 +83,15 @@ def gated_mlp(
     """down(act(gate(x)) * up(x)); gate and up in one tensor-core kernel whose epilogue writes act(g)*u."""
     check_activation(activation)
     _require_cuda("gated_mlp", x)
-    y, _h = _call(_needs_autograd(x, w_gate, w_up, w_down), _ops().cuda_gated_mlp.default, x, w_gate, w_up,
-                  w_down, activation)
+    y, _h = _call(
+        _needs_autograd(x, w_gate, w_up, w_down),
+        _ops().cuda_gated_mlp.default,
+        x,
+        w_gate,
+        w_up,
+        w_down,
+        activation,
+    )
     return y
 
 
