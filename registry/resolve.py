@@ -11,6 +11,7 @@ of the fallback's reference code. Used by the loader, `kernel-hub variants` and 
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import platform
 import re
@@ -334,7 +335,7 @@ def current_env() -> Env:
         if cuda is not None and torch.cuda.is_available():
             major, minor = torch.cuda.get_device_capability(0)
             gpu_arch = f"sm_{major}{minor}"
-            driver = _driver_cuda_version(torch)
+            driver = _driver_cuda_version()
     try:
         triton = importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:
@@ -342,10 +343,13 @@ def current_env() -> Env:
     return Env(os_name, cpu, python, torch_version, cuda, gpu_arch, triton, cxx11, driver)
 
 
-def _driver_cuda_version(torch) -> str | None:
-    """CUDA version the installed driver supports (e.g. "13.0"), or None when it cannot be read."""
+def _driver_cuda_version() -> str | None:
+    """CUDA version the installed driver supports (e.g. "13.0"), from libcuda; None when it cannot be read."""
     try:
-        raw = int(torch._C._cuda_getDriverVersion())
-    except (AttributeError, RuntimeError, TypeError, ValueError):
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        raw = ctypes.c_int(0)
+        if libcuda.cuDriverGetVersion(ctypes.byref(raw)) != 0:
+            return None
+    except (OSError, AttributeError):
         return None
-    return f"{raw // 1000}.{(raw % 1000) // 10}" if raw > 0 else None
+    return f"{raw.value // 1000}.{(raw.value % 1000) // 10}" if raw.value > 0 else None
