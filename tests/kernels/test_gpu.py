@@ -7,6 +7,7 @@ import fused_mlp.reference as ref
 import pytest
 import torch
 from fused_mlp._build_info import OPS_NAMESPACE
+from fused_mlp.triton import ops as triton_ops  # the backend under test, whichever one fused_mlp picked
 from kernel_numerics import ACTIVATIONS, TOL, as64, assert_close, grads, randn, rel_err
 
 pytestmark = [
@@ -21,6 +22,16 @@ def test_triton_or_cuda_backend_is_selected():
     assert fused_mlp.BACKEND in ("triton", "cuda"), fused_mlp.BACKEND_SKIPPED
 
 
+def test_public_api_runs_on_cuda():
+    x, w = (
+        randn(5, 64, dtype=torch.bfloat16, device=DEV),
+        randn(32, 64, dtype=torch.bfloat16, device=DEV, scale=0.1),
+    )
+    assert_close(
+        fused_mlp.linear(x, w, None, "silu"), ref.linear(*as64(x, w), None, "silu"), torch.bfloat16, "api"
+    )
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_linear(dtype, activation):
@@ -28,7 +39,7 @@ def test_linear(dtype, activation):
         x = randn(2, 37, 96, dtype=dtype, device=DEV, grad=True)
         w = randn(80, 96, dtype=dtype, device=DEV, scale=0.1, grad=True)
         b = randn(80, dtype=dtype, device=DEV, grad=True) if has_bias else None
-        out = fused_mlp.linear(x, w, b, activation)
+        out = triton_ops.linear(x, w, b, activation)
         p64 = as64(x, w, b)
         expected = ref.linear(*p64, activation)
         assert_close(out, expected, dtype, "linear forward")
@@ -45,7 +56,7 @@ def test_mlp(dtype, activation, rows):
     ws = [randn(80, 96, dtype=dtype, device=DEV, scale=0.1, grad=True),
           randn(48, 80, dtype=dtype, device=DEV, scale=0.1, grad=True)]  # fmt: skip
     bs = [randn(80, dtype=dtype, device=DEV, grad=True), None]
-    out = fused_mlp.mlp(x, ws, bs, activation)
+    out = triton_ops.mlp(x, ws, bs, activation)
     x64, *p64 = as64(x, *ws, *bs)
     expected = ref.mlp(x64, p64[:2], p64[2:], activation)
     assert_close(out, expected, dtype, "mlp forward")
@@ -63,7 +74,7 @@ def test_gated_mlp(dtype, activation, rows):
     x = randn(rows, 256, dtype=dtype, device=DEV, scale=0.5, grad=True)
     wg, wu = (randn(384, 256, dtype=dtype, device=DEV, scale=0.06, grad=True) for _ in range(2))
     wd = randn(256, 384, dtype=dtype, device=DEV, scale=0.05, grad=True)
-    out = fused_mlp.gated_mlp(x, wg, wu, wd, activation)
+    out = triton_ops.gated_mlp(x, wg, wu, wd, activation)
     p64 = as64(x, wg, wu, wd)
     expected = ref.gated_mlp(*p64, activation)
     assert_close(out, expected, dtype, "gated_mlp forward")
@@ -77,7 +88,7 @@ def test_act_and_mul(dtype):
     for activation in ACTIVATIONS if dtype == torch.bfloat16 else ("gelu_tanh",):
         gate = randn(3, 37, 80, dtype=dtype, device=DEV, scale=2.0, grad=True)
         up = randn(3, 37, 80, dtype=dtype, device=DEV, grad=True)
-        out = fused_mlp.act_and_mul(gate, up, activation)
+        out = triton_ops.act_and_mul(gate, up, activation)
         p64 = as64(gate, up)
         expected = ref.act_and_mul(*p64, activation)
         assert_close(out, expected, dtype, f"act_and_mul {activation}")
@@ -114,7 +125,7 @@ def test_compile_inductor_fullgraph_no_recompile():
     wg, wu, wd = (randn(*s, dtype=d, device=DEV, scale=0.1) for s in ((192, 128), (192, 128), (128, 192)))
 
     def model(x):
-        return fused_mlp.gated_mlp(fused_mlp.mlp(x, ws, bs, "relu"), wg, wu, wd, "gelu_tanh")
+        return triton_ops.gated_mlp(triton_ops.mlp(x, ws, bs, "relu"), wg, wu, wd, "gelu_tanh")
 
     def model_ref(x):
         ws64, bs64 = [w.double() for w in ws], [b.double() for b in bs]
@@ -147,12 +158,12 @@ def test_graph_cache_replays_fresh_results():
     with torch.no_grad():
         for _ in range(4):
             x.copy_(torch.randn_like(x))  # same address, new contents: a replay must read them
-            assert_close(fused_mlp.mlp(x, ws, bs, "silu"), expected(), d, "graph-cached mlp")
+            assert_close(triton_ops.mlp(x, ws, bs, "silu"), expected(), d, "graph-cached mlp")
         assert len(graphs.CACHE) > before, "the repeated small-batch call was never captured"
-        kept, kept_expected = fused_mlp.mlp(x, ws, bs, "silu"), expected()
+        kept, kept_expected = triton_ops.mlp(x, ws, bs, "silu"), expected()
         for _ in range(3):  # later calls must not overwrite an output the caller still holds
             x.copy_(torch.randn_like(x))
-            fused_mlp.mlp(x, ws, bs, "silu")
+            triton_ops.mlp(x, ws, bs, "silu")
     assert_close(kept, kept_expected, d, "earlier output after later calls")
 
 
@@ -161,10 +172,10 @@ def test_ops_capture_inside_user_cuda_graph():
     ws = [randn(128, 128, dtype=d, device=DEV, scale=0.1) for _ in range(3)]
     x = randn(16, 128, dtype=d, device=DEV)
     with torch.no_grad():
-        fused_mlp.mlp(x, ws)  # compile outside the capture
+        triton_ops.mlp(x, ws)  # compile outside the capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = fused_mlp.mlp(x, ws)
+            out = triton_ops.mlp(x, ws)
         x.copy_(torch.randn_like(x))
         graph.replay()
     assert_close(out, ref.mlp(x.double(), [w.double() for w in ws]), d, "mlp in a user graph")
