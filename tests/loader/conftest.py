@@ -11,16 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from loader_paths import FAST_VARIANTS, MATRIX, NAMESPACE, REPO_ROOT, SOURCE
 
 from registry.build import build
 from registry.publish import publish
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SOURCE = REPO_ROOT / "kernel_src" / "fused_mlp"
-MATRIX = REPO_ROOT / "build" / "matrix.toml"
-NAMESPACE = "loaderorg"
-# Noarch variants only: they build in seconds on CPU (the CUDA extension is tested by its own part).
-FAST_VARIANTS = ["torch-cuda", "torch-cpu", "torch-universal"]
 
 
 @dataclass

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from loader_paths import REPO_ROOT
 
 
 def test_demo_runs_the_whole_path_and_shows_the_fallback(tmp_path):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from loader_paths import REPO_ROOT
 
 
 @pytest.mark.gpu

@@ -11,8 +11,8 @@ import base64
 from pathlib import Path
 
 import pytest
-from conftest import NAMESPACE
 from huggingface_hub import hf_hub_download
+from loader_paths import NAMESPACE
 
 from registry import get_kernel
 from registry.loader import KernelLoadError

@@ -213,7 +213,7 @@ uvicorn.run(hub_app.create_app(sys.argv[1]), host="127.0.0.1", port=int(sys.argv
 
 @pytest.fixture(scope="module")
 def plain_hub(tmp_path_factory):
-    from conftest import free_port  # tests/conftest.py (pytest puts tests/ on sys.path)
+    from hub_process import free_port  # tests/hub_process.py (pytest puts tests/ on sys.path)
 
     data = tmp_path_factory.mktemp("plain-hub") / "data"
     port, url = free_port(), ""
