@@ -2,8 +2,8 @@
 
 Each call takes one of three paths:
 - custom op (`custom_ops`): under torch.compile tracing or when autograd needs a graph node;
-- cached CUDA graph (`graphs`): CUDA inference forwards of `mlp`/`gated_mlp` at small batch, one
-  host call per forward;
+- cached CUDA graph (`graphs`): CUDA inference forwards of `mlp`/`gated_mlp`, one graph replay per
+  forward;
 - direct launches (`forward`): everything else, including the CPU interpreter.
 """
 
