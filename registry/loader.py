@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernels.hf_hub import RepoInfo
@@ -68,107 +69,121 @@ def get_kernel(
     except FetchError as e:
         raise KernelLoadError(f"{repo_id}: nothing to load and no reference to fall back to: {e}") from e
     env = current_env()
-    resolution = resolve_variant(metas, env, backend=backend)
-    device = "cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu"
-    base = {
-        "repo": repo_id,
-        "version": version,
-        "revision": revision,
-        "commit": commit,
-        "endpoint": hub.endpoint,
-    }
-    base["offline"] = hub.offline
-    cache = CheckCache(hub.cache)
+    load = _Load(
+        hub=hub,
+        repo_id=repo_id,
+        commit=commit,
+        metas=metas,
+        resolution=resolve_variant(metas, env, backend=backend),
+        device="cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu",
+        check=check,
+        cache=CheckCache(hub.cache),
+        info={
+            "repo": repo_id,
+            "version": version,
+            "revision": revision,
+            "commit": commit,
+            "endpoint": hub.endpoint,
+            "offline": hub.offline,
+        },
+    )
 
     attempts: list[str] = []
-    for name in resolution.accepted:
+    for name in load.resolution.accepted:
         try:
             module, verification = _load_variant(hub, repo_id, commit, name)
             reference, api = _reference(module, metas[name], Path(module.__file__))
-            result = _check(module, reference, api, device, cache_key(commit, name, device), check, cache)
+            result = _check(load, module, reference, api, name)
         except Refused as e:
             attempts.append(f"{name}: {e}")
             continue
-        verdict = next(v for v in resolution.verdicts if v.variant == name)
-        reason = "; ".join([*attempts, f"{name}: {verdict.reason}"])
+        verdict = next(v for v in load.resolution.verdicts if v.variant == name)
         module.__kernel_info__ = {
-            **base,
+            **load.info,
             "variant": name,
             "source": "hub",
-            "reason": reason,
+            "reason": "; ".join([*attempts, f"{name}: {verdict.reason}"]),
             "check": _check_info(result, check),
             "verification": verification,
             "detail": verdict.detail,
-            "trace": trace_lines(resolution, attempts),
+            "trace": trace_lines(load.resolution, attempts),
         }
         return module
 
-    reason = "; ".join(attempts) if attempts else resolution.fallback_reason
+    reason = "; ".join(attempts) if attempts else load.resolution.fallback_reason
     if fallback is None:
         raise KernelLoadError(
             f"{repo_id}@{commit[:12]}: no kernel variant could be used ({reason}) and fallback=None.\n"
-            + "\n".join(trace_lines(resolution, attempts))
+            + "\n".join(trace_lines(load.resolution, attempts))
         )
-    return _fallback(
-        hub, repo_id, commit, metas, resolution, attempts, reason, fallback, check, device, base, cache
-    )
+    return _fallback(load, attempts, reason, fallback)
 
 
-def _fallback(hub, repo_id, commit, metas, resolution, attempts, reason, mode, check, device, base, cache):
+@dataclass(frozen=True)
+class _Load:
+    """What one get_kernel call has settled before trying variants: where, which commit, what to check."""
+
+    hub: Hub
+    repo_id: str
+    commit: str
+    metas: dict[str, dict]
+    resolution: Resolution
+    device: str
+    check: str | None
+    cache: CheckCache
+    info: dict  # the __kernel_info__ keys every outcome shares
+
+
+def _fallback(load: _Load, attempts: list[str], reason: str, mode: str) -> types.ModuleType:
     """The reference package from the first verifiable variant, compiled or eager, with its check."""
     source_failures: list[str] = []
-    for name in reference_sources(metas):
+    for name in reference_sources(load.metas):
         try:
-            path = download_variant(hub, repo_id, commit, name)
-            verification = verify_variant(hub, repo_id, path)
-            reference, api = _reference(None, metas[name], _package_init(path, metas[name]))
+            path = download_variant(load.hub, load.repo_id, load.commit, name)
+            verification = verify_variant(load.hub, load.repo_id, path)
+            reference, api = _reference(None, load.metas[name], _package_init(path, load.metas[name]))
         except (FetchError, Refused) as e:
             source_failures.append(f"{name}: {e}")
             continue
         break
     else:
         raise KernelLoadError(
-            f"{repo_id}@{commit[:12]}: no kernel variant could be used ({reason}), and the fallback's reference "
-            "could not be fetched from any variant either:\n"
+            f"{load.repo_id}@{load.commit[:12]}: no kernel variant could be used ({reason}), and the "
+            "fallback's reference could not be fetched from any variant either:\n"
             + "\n".join(
-                [*trace_lines(resolution, attempts), *(f"reference from {f}" for f in source_failures)]
+                trace_lines(load.resolution, attempts) + [f"reference from {f}" for f in source_failures]
             )
         )
-    module_name = f"{metas[name].get('id') or 'fused_mlp'}_fallback"
+    module_name = f"{load.metas[name].get('id') or 'fused_mlp'}_fallback"
     module = build_fallback(reference, api, mode, f"{module_name}_{mode}")
     result = None
     if mode == "compile":
         try:
-            result = _check(
-                module,
-                reference,
-                api,
-                device,
-                cache_key(commit, f"fallback-compile:{name}", device),
-                check,
-                cache,
-            )
+            result = _check(load, module, reference, api, f"fallback-compile:{name}")
         except Refused as e:
             reason = f"{reason}; compiled fallback refused ({e}), using eager"
             mode, module = "eager", build_fallback(reference, api, "eager", f"{module_name}_eager")
     module.__kernel_info__ = {
-        **base,
+        **load.info,
         "variant": None,
         "source": f"fallback-{mode}",
         "reason": reason,
-        "check": _check_info(result, check if mode == "compile" else "oracle"),
+        "check": _check_info(result, load.check if mode == "compile" else "oracle"),
         "reference_variant": name,
         "verification": verification,
         "detail": {},
-        "trace": trace_lines(resolution, attempts) + [f"reference from {f}" for f in source_failures],
+        "trace": trace_lines(load.resolution, attempts) + [f"reference from {f}" for f in source_failures],
     }
     return module
 
 
-def _check(module, reference, api, device, key, mode, cache) -> CheckResult | None:
-    """The check per `mode`; a failing or crashing check refuses the module."""
+def _check(load: _Load, module, reference, api: list[str], variant: str) -> CheckResult | None:
+    """The check per `load.check`, cached under (commit, `variant`, device, torch); failing refuses the module."""
+    key = cache_key(load.commit, variant, load.device)
     try:
-        result = checked(module, reference, api, device=device, key=key, mode=mode, cache=cache)
+        result = checked(
+            module, reference, api, device=load.device, key=key, mode=load.check, cache=load.cache
+        )
     except CheckCrashed as e:
         raise Refused(f"check crashed: {e}") from e
     if result is not None and not result.passed:
