@@ -2,7 +2,8 @@
 
 Implementations: eager PyTorch, cuBLASLt epilogue (`torch._addmm_activation`), eager inside a CUDA graph,
 torch.compile (default; max-autotune with --max-autotune), Liger-Kernel (when importable), and ours
-(fused_mlp: graph-cached default path, direct launches, and inside a user-captured CUDA graph).
+(fused_mlp: graph-cached default path, direct launches, and inside a user-captured CUDA graph), and the
+CUDA C++ backend (`cuda`, when its extension is built into kernel_src/fused_mlp/cuda/).
 Reports µs per forward in a stream of async calls (what a host loop gets), GPU µs per forward (replay of
 a captured graph of 20 forwards), % of the floor = max(FLOPs / 788 TFLOP/s, bytes / 4.25 TB/s) and GPU
 kernels per forward; writes everything as JSON.
@@ -128,12 +129,23 @@ def liger_fn(w: Workload, a: dict) -> Callable[[], torch.Tensor] | None:
     return lambda: LigerGELUMulFunction.apply(a["gate"], a["up"])
 
 
-def ours_fn(w: Workload, a: dict) -> Callable[[], torch.Tensor]:
+def ours_fn(w: Workload, a: dict, ops=triton_ops) -> Callable[[], torch.Tensor]:
+    """One forward of the workload through a backend's `ops` module (the Triton one by default)."""
     if w.kind == "mlp":
-        return lambda: triton_ops.mlp(a["x"], a["ws"], a["bs"], "relu")
+        return lambda: ops.mlp(a["x"], a["ws"], a["bs"], "relu")
     if w.kind == "gated":
-        return lambda: triton_ops.gated_mlp(a["x"], a["wg"], a["wu"], a["wd"], "gelu_tanh")
-    return lambda: triton_ops.act_and_mul(a["gate"], a["up"], "gelu_tanh")
+        return lambda: ops.gated_mlp(a["x"], a["wg"], a["wu"], a["wd"], "gelu_tanh")
+    return lambda: ops.act_and_mul(a["gate"], a["up"], "gelu_tanh")
+
+
+def cuda_ops():
+    """The CUDA C++ backend's ops, when its `_C.abi3.so` is built into kernel_src/fused_mlp/cuda/ here."""
+    from fused_mlp.cuda import available, ops
+
+    ok, why = available()
+    if not ok:
+        raise RuntimeError(f"CUDA backend not available: {why}")
+    return ops
 
 
 def graphed(fn: Callable[[], torch.Tensor], repeat: int = 1) -> Callable[[], None]:
@@ -245,6 +257,8 @@ def implementations(w: Workload, a: dict, max_autotune: bool) -> dict[str, Calla
     impls["ours"] = lambda: ours_fn(w, a)
     impls["ours_direct"] = ours_direct
     impls["ours_in_user_graph"] = lambda: graphed(ours_fn(w, a))
+    impls["cuda"] = lambda: ours_fn(w, a, cuda_ops())
+    impls["cuda_in_user_graph"] = lambda: graphed(ours_fn(w, a, cuda_ops()))
     if w.kind != "act_and_mul":
         impls["ours_in_user_graph_no_pdl"] = ours_graph_without_pdl
     return impls
@@ -269,7 +283,7 @@ def bench_workload(w: Workload, dtype: torch.dtype, max_autotune: bool) -> list[
                 if isinstance(out, torch.Tensor):
                     row["rel_err_vs_eager"] = check(out, expected)
                 row["stream_us"] = stream_us(fn, iters)
-                replays_graph = name == "eager_cuda_graph" or name.startswith("ours_in_user_graph")
+                replays_graph = name == "eager_cuda_graph" or "_in_user_graph" in name
                 if replays_graph:
                     row["gpu_us"] = row["stream_us"]
                 elif not name.startswith("compile"):
