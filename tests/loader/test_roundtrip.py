@@ -96,3 +96,8 @@ def test_variants_command_prints_the_trace(hub_env, fused_mlp_v1, capsys):
     assert "reject torch-cuda: no CUDA device" in out
     assert "reject torch-cpu: CPU build: holds the eager reference" in out
     assert out.rstrip().endswith("fallback: no CUDA device")
+
+    assert main(["variants", fused_mlp_v1[0], "--version", "1", "--json", "--backend", "cpu"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["commit"], report["chosen"]) == (fused_mlp_v1[1], "torch-cpu")
+    assert [v["variant"] for v in report["verdicts"] if v["accepted"]] == ["torch-cpu", "torch-universal"]
