@@ -101,6 +101,10 @@ def sass_runs_on(build: Arch, device: Arch) -> bool:
     return build.major == device.major and device.minor >= build.minor
 
 
+def _same_cc(build: Arch, device: Arch) -> bool:
+    return (build.major, build.minor) == (device.major, device.minor)
+
+
 def ptx_runs_on(build: Arch, device: Arch) -> bool:
     """PTX for sm_XY is JIT-compiled by the driver for any cc >= X.Y; arch-specific PTX only for X.Y."""
     if build.suffix == "a":
@@ -212,12 +216,16 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
         if not env.triton:
             return "Triton is not installed (pip install triton)", detail
         # AOT cubins are the SASS entries of our `archs` key (kernels' backend.archs only states the JIT range).
-        cubins = [
-            ArchTarget(parse_arch(a["arch"]), True, False)
-            for a in metadata.get("archs") or []
-            if a.get("sass", True)
-        ]
-        cubin_arch, _ = match_arch(cubins, device)
+        # Unlike CUDA C++ SASS they are used on their exact arch only: fused_mlp.triton.aot loads the device's
+        # own folder, and their tile configs assume that arch's shared memory (sm_80 has 164 KB, sm_86 100 KB).
+        cubin_arch = next(
+            (
+                a["arch"]
+                for a in metadata.get("archs") or []
+                if a.get("sass", True) and _same_cc(parse_arch(a["arch"]), device)
+            ),
+            None,
+        )
         aot_tritons = list(metadata.get("triton") or [])
         aot = cubin_arch is not None and env.triton in aot_tritons
         detail.update(triton=env.triton, aot=aot, aot_arch=cubin_arch if aot else None)

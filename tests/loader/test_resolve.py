@@ -141,6 +141,9 @@ def test_triton_variant_reports_aot_cubin_or_jit():
     assert jit.accepted and jit.detail["aot"] is False
     assert jit.detail["jit_reason"] == "AOT cubins are for Triton 3.6.0, running 3.8.0"
     assert jit.reason == "fits sm_90 (Triton JIT)"
+    # sm_80 cubins are not used on sm_86 (aot.py loads the exact arch; configs assume sm_80's shared memory)
+    ampere = verdict(resolve_variant({"torch-cuda": SHIPPED["torch-cuda"]}, env("sm_86")), "torch-cuda")
+    assert ampere.accepted and ampere.detail["aot"] is False and ampere.reason == "fits sm_86 (Triton JIT)"
     none = resolve_variant({"torch-cuda": SHIPPED["torch-cuda"]}, env("sm_90", triton=None))
     assert none.chosen is None and "Triton is not installed" in none.fallback_reason
 
