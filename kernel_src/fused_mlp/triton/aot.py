@@ -108,6 +108,9 @@ def _compile_to(args: tuple[AotSpec, str, str]) -> list[str]:
         },
     )
     meta = json.loads(json.dumps(compiled.metadata._asdict(), default=vars))
+    # The libdevice path is where the build machine's Triton lives; it is not needed to launch a cubin, and
+    # keeping only the file name makes the build reproducible across machines (same source, same digests).
+    meta["extern_libs"] = [[name, os.path.basename(path)] for name, path in meta.get("extern_libs") or []]
     meta["fused_mlp_spec"] = {"kernel": spec.kernel, "dtype": spec.dtype, "consts": list(spec.consts),
                               "num_warps": spec.num_warps, "num_stages": spec.num_stages}  # fmt: skip
     stem = Path(folder) / spec.file_stem()
