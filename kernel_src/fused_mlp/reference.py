@@ -44,7 +44,9 @@ def linear(
 def normalize_biases(
     weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None] | None
 ) -> list[torch.Tensor | None]:
-    """One bias (or None) per weight; raise when the counts differ."""
+    """One bias (or None) per weight; raise when there is no weight or the counts differ."""
+    if len(weights) == 0:
+        raise ValueError("mlp needs at least one weight")
     if biases is None:
         return [None] * len(weights)
     biases = list(biases)
@@ -62,8 +64,6 @@ def mlp(
     activation: str = "relu",
 ) -> torch.Tensor:
     """Chain of linear layers, `activation` after every layer but the last."""
-    if len(weights) == 0:
-        raise ValueError("mlp needs at least one weight")
     biases = normalize_biases(weights, biases)
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases)):

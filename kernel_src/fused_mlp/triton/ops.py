@@ -40,8 +40,6 @@ def mlp(
     biases: Sequence[torch.Tensor | None] | None = None,
     activation: str = "relu",
 ) -> torch.Tensor:
-    if len(weights) == 0:
-        raise ValueError("mlp needs at least one weight")
     biases = normalize_biases(weights, biases)
     if _needs_op(x, *weights, *biases):
         return custom_ops.mlp(x, list(weights), *custom_ops.split_biases(biases), activation)
