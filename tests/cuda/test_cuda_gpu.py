@@ -1,7 +1,8 @@
 """The CUDA backend on a GPU: every op against the float64 eager reference (bf16/fp16/fp32, forward and
 backward, odd shapes, leading batch dims), opcheck, torch.compile fullgraph, capture in a user's CUDA
-graph. Needs the built extension: PYTHONPATH=build/_work/cuda/stage (build/cuda/build_variant.py).
-Run on the device: pytest -m gpu tests/cuda."""
+graph. Needs the built extension (build/cuda/build_variant.py) inside kernel_src, since pytest's `pythonpath`
+puts kernel_src ahead of PYTHONPATH: cp build/_work/cuda/stage/fused_mlp/cuda/{_C.abi3.so,build.json}
+kernel_src/fused_mlp/cuda/ (both git-ignored build outputs), then on the device: pytest -m gpu tests/cuda."""
 
 import sys
 from pathlib import Path
