@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -37,15 +38,25 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 
 def save_private_key(key: Ed25519PrivateKey, path: str | os.PathLike) -> None:
-    """Write `key` as PKCS#8 PEM, readable only by the owner (created exclusively: never overwrites)."""
+    """Write `key` as PKCS#8 PEM, readable only by the owner (created exclusively: never overwrites).
+
+    The PEM is written to a private temp file and hard-linked into place, so a concurrent reader sees
+    either no file or the whole key, never a half-written one; a link onto an existing path fails.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def default_key_path(namespace: str) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,28 @@ def test_key_file_round_trip_and_load_or_create(tmp_path, monkeypatch):
     monkeypatch.delenv("KERNEL_HUB_KEY")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert signing.default_key_path("org") == tmp_path / ".config/kernel-hub/keys/org.pem"
+
+
+def test_concurrent_first_use_of_a_key_file_gives_every_caller_the_same_whole_key(tmp_path):
+    """Publishers racing to create the key see no half-written PEM: one creates it, the rest load it."""
+    path = tmp_path / "keys" / "acme.pem"
+    barrier = threading.Barrier(8)
+    results: list = []
+
+    def first_use():
+        barrier.wait()
+        try:
+            key, created = signing.load_or_create_key(path)
+            results.append((signing.public_key_b64(key), created))
+        except Exception as e:  # noqa: BLE001 - the test inspects the error
+            results.append(e)
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(isinstance(r, tuple) for r in results) and len(results) == 8, results
+    assert len({pub for pub, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+    assert [p.name for p in path.parent.iterdir()] == ["acme.pem"]  # no temp file left behind
