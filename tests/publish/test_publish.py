@@ -298,31 +298,21 @@ def test_tampered_dist_is_refused_before_upload(dists, tmp_path):
         publish.read_dist(copy)
 
 
-def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypatch):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "registry.cli",
-            "publish",
-            ctx["repo"],
-            str(dists["base"]),
-            "--version",
-            "1",
-            "--endpoint",
-            ctx["endpoint"],
-            "--token",
-            ctx["token"],
-            "--key",
-            str(ctx["key_path"]),
-        ],
+def _cli_publish_v1(ctx, dist: Path) -> subprocess.CompletedProcess:
+    """`kernel-hub publish REPO DIST --version 1` as a user runs it, in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "registry.cli", "publish", ctx["repo"], str(dist), "--version", "1",
+         "--endpoint", ctx["endpoint"], "--token", ctx["token"], "--key", str(ctx["key_path"])],
         check=False,
         cwd=ROOT,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-    )
+    )  # fmt: skip
+
+
+def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypatch):
+    proc = _cli_publish_v1(ctx, dists["base"])
     assert proc.returncode == 0, proc.stderr
     assert f"{ctx['repo']} v1 -> " in proc.stdout
 
@@ -340,29 +330,7 @@ def test_cli_publish_then_stock_kernels_get_kernel(ctx, dists, hub_env, monkeypa
     out = mod.linear(x, w, bias, activation="gelu")
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 1e-12
 
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "registry.cli",
-            "publish",
-            ctx["repo"],
-            str(dists["new_api"]),
-            "--version",
-            "1",
-            "--endpoint",
-            ctx["endpoint"],
-            "--token",
-            ctx["token"],
-            "--key",
-            str(ctx["key_path"]),
-        ],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    bad = _cli_publish_v1(ctx, dists["new_api"])
     assert bad.returncode == 1 and "publish it as v2" in bad.stderr
 
 
