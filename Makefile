@@ -40,8 +40,13 @@ chromium:
 	    $$([ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } || \
 	  echo "make chromium: could not install chromium; the matrix page screenshot test will be skipped"
 
+## Style gate: one formatter, one linter, over the whole tree (what .ci/run runs first).
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
 ## The whole CPU test suite (what .ci/run runs).
-test: venv venv-cuda chromium
+test: venv venv-cuda chromium lint
 	KERNEL_HUB_CUDA_PYTHON=$(CURDIR)/$(VENV_CUDA)/bin/python TRITON_INTERPRET=1 $(BIN)/python -m pytest
 
 test-fast: venv

@@ -33,7 +33,13 @@ def point_clients_at(mp: pytest.MonkeyPatch, url: str, workdir: Path) -> dict[st
     }
     for k, v in values.items():
         mp.setenv(k, v)
-    for k in ("HF_HUB_DISABLE_TELEMETRY", "DISABLE_TELEMETRY", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_TOKEN"):
+    for k in (
+        "HF_HUB_DISABLE_TELEMETRY",
+        "DISABLE_TELEMETRY",
+        "HF_HUB_OFFLINE",
+        "HF_HUB_DISABLE_XET",
+        "HF_TOKEN",
+    ):
         mp.delenv(k, raising=False)
     from huggingface_hub import constants
 

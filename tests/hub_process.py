@@ -37,8 +37,19 @@ class HubProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-{self.port}.log"
 
     def start(self) -> HubProcess:
-        cmd = [sys.executable, "-m", "registry.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--data", str(self.data_dir), *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "registry.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data",
+            str(self.data_dir),
+            *self.extra_args,
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -25,10 +25,15 @@ def register(subparsers) -> None:
     p.add_argument("repo", help="kernel repo id, e.g. org/fused-mlp")
     p.add_argument("--version", type=int, help="N (branch vN); default: every version")
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default: md)")
-    p.add_argument("--check", action="store_true",
-                   help="load the kernel here, check it against eager PyTorch, record the result on `compat`")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="load the kernel here, check it against eager PyTorch, record the result on `compat`",
+    )
     p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
-    p.add_argument("--token", help="token (default: $HF_TOKEN or the saved token); --check needs write access")
+    p.add_argument(
+        "--token", help="token (default: $HF_TOKEN or the saved token); --check needs write access"
+    )
     p.add_argument("--matrix", type=Path, help="build/matrix.toml to read the environments from")
     p.add_argument("--output", type=Path, help="write the rendering here instead of stdout")
     p.set_defaults(func=run)
@@ -36,7 +41,7 @@ def register(subparsers) -> None:
     plan = subparsers.add_parser(
         "matrix-plan",
         help="CI job list from build/matrix.toml (JSON for a workflow's strategy.matrix)",
-        description="Print {\"include\": [...]} for `fromJSON` in .github/workflows: build jobs per variant "
+        description='Print {"include": [...]} for `fromJSON` in .github/workflows: build jobs per variant '
         "(and CPU), or compat jobs per promised GPU arch with a runner.",
     )
     plan.add_argument("which", choices=("build", "compat"))
@@ -93,24 +98,38 @@ def run(args: argparse.Namespace) -> int:
             record = probe(args.repo, args.version, targets[0][1], endpoint=args.endpoint, token=args.token)
             url = write_record(api, args.repo, record)
             verdict = "passed" if record.passed else "FAILED"
-            print(f"kernel-hub matrix: check {verdict} on {record.fingerprint} "
-                  f"({record.variant or record.source}); recorded: {url}", file=sys.stderr)
+            print(
+                f"kernel-hub matrix: check {verdict} on {record.fingerprint} "
+                f"({record.variant or record.source}); recorded: {url}",
+                file=sys.stderr,
+            )
         matrices = [
-            build_matrix(config, repo=args.repo, version=n, commit=commit,
-                         variants=variant_metadata(api, args.repo, commit),
-                         records=check_records(api, args.repo, commit))
+            build_matrix(
+                config,
+                repo=args.repo,
+                version=n,
+                commit=commit,
+                variants=variant_metadata(api, args.repo, commit),
+                records=check_records(api, args.repo, commit),
+            )
             for n, commit in targets
         ]
     except (MatrixConfigError, MatrixSourceError, RecordError, HfHubHTTPError) as e:
         print(f"kernel-hub matrix: {e}", file=sys.stderr)
         return 2
     if not matrices:
-        print(f"kernel-hub matrix: {args.repo} has no version branches (vN); publish one first", file=sys.stderr)
+        print(
+            f"kernel-hub matrix: {args.repo} has no version branches (vN); publish one first", file=sys.stderr
+        )
         return 2
     if args.format == "md":
         text = "\n".join(render_markdown(m) for m in matrices)
     elif args.format == "json":
-        text = render_json(matrices[0]) if len(matrices) == 1 else "[" + ",".join(render_json(m) for m in matrices) + "]\n"
+        text = (
+            render_json(matrices[0])
+            if len(matrices) == 1
+            else "[" + ",".join(render_json(m) for m in matrices) + "]\n"
+        )
     else:
         text = render_html_page(matrices, f"{args.repo}: compatibility matrix")
     if args.output:

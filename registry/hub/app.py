@@ -27,7 +27,15 @@ log = logging.getLogger("kernel_hub")
 
 # Order matters: the first match wins. Literal routes (api/organizations/..., api/kernel-hub/...) come
 # before `api/{T}/{ns}/{name}`, and the model routes `{ns}/{name}/...` come last.
-ROUTES = [*orgs.ROUTES, *lfs.ROUTES, *repos.ROUTES, *refs.ROUTES, *files.ROUTES, *commits.ROUTES, *pages.ROUTES]
+ROUTES = [
+    *orgs.ROUTES,
+    *lfs.ROUTES,
+    *repos.ROUTES,
+    *refs.ROUTES,
+    *files.ROUTES,
+    *commits.ROUTES,
+    *pages.ROUTES,
+]
 ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
@@ -42,7 +50,9 @@ async def _answer(hub: Hub, request: Request, request_id: str) -> Response:
     try:
         segs = split_raw_path(request.scope.get("raw_path") or request.scope["path"].encode())
     except UnicodeDecodeError:
-        return error_response(HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding"))
+        return error_response(
+            HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding")
+        )
     route, params, path_matched = find(ROUTES, request.method, segs)
     try:
         if route is None:

@@ -22,7 +22,10 @@ def register(subparsers) -> None:
     p.add_argument("--public-url", help="absolute base URL clients use (default: from the request Host)")
     p.add_argument("--page-size", type=int, default=1000, help="entries per tree/commits page")
     p.add_argument(
-        "--lfs-threshold", type=int, default=None, metavar="BYTES",
+        "--lfs-threshold",
+        type=int,
+        default=None,
+        metavar="BYTES",
         help="answer uploadMode=lfs for files of at least BYTES (publishers must then set "
         "HF_HUB_DISABLE_XET=1); default: every file is uploaded inline",
     )
@@ -30,10 +33,14 @@ def register(subparsers) -> None:
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=_serve)
 
-    tok = subparsers.add_parser("token", help="manage access tokens").add_subparsers(dest="token_cmd", required=True)
+    tok = subparsers.add_parser("token", help="manage access tokens").add_subparsers(
+        dest="token_cmd", required=True
+    )
     t = tok.add_parser("create", help="create a token and print it (only its hash is stored)")
     t.add_argument("--user", required=True)
-    t.add_argument("--write", nargs="*", default=[], metavar="NAMESPACE", help="extra namespaces it may write")
+    t.add_argument(
+        "--write", nargs="*", default=[], metavar="NAMESPACE", help="extra namespaces it may write"
+    )
     t.add_argument("--data", type=Path, required=True)
     t.set_defaults(func=_token_create)
 
@@ -45,10 +52,14 @@ def register(subparsers) -> None:
     o.add_argument("--data", type=Path, required=True)
     o.set_defaults(func=_org_create)
 
-    key = subparsers.add_parser("key", help="manage publisher signing keys").add_subparsers(dest="key_cmd", required=True)
+    key = subparsers.add_parser("key", help="manage publisher signing keys").add_subparsers(
+        dest="key_cmd", required=True
+    )
     k = key.add_parser("add", help="register an ed25519 public key for a namespace")
     k.add_argument("namespace")
-    k.add_argument("--public-key", type=Path, required=True, help="raw 32 bytes, base64 of them, or a PEM file")
+    k.add_argument(
+        "--public-key", type=Path, required=True, help="raw 32 bytes, base64 of them, or a PEM file"
+    )
     k.add_argument("--data", type=Path, required=True)
     k.set_defaults(func=_key_add)
 
@@ -67,7 +78,9 @@ def _serve(args: argparse.Namespace) -> int:
     from .web import HubConfig
 
     config = HubConfig(
-        public_url=args.public_url, page_size=args.page_size, lfs_threshold=args.lfs_threshold,
+        public_url=args.public_url,
+        page_size=args.page_size,
+        lfs_threshold=args.lfs_threshold,
         max_commit_bytes=args.max_commit_bytes,
     )
     app = create_app(args.data, config=config)
@@ -92,7 +105,10 @@ def _token_create(args: argparse.Namespace) -> int:
 def _org_create(args: argparse.Namespace) -> int:
     _checked(validate.namespace, args.name, *args.member)
     _accounts(args.data).create_org(args.name, args.trusted, args.member)
-    print(f"org {args.name}: trusted={args.trusted}, members added: {', '.join(args.member) or 'none'}", file=sys.stderr)
+    print(
+        f"org {args.name}: trusted={args.trusted}, members added: {', '.join(args.member) or 'none'}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -75,12 +75,21 @@ async def preupload(call: Call):
     out = []
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("size"), int) or f["size"] < 0:
-            raise HubError("BadRequest", f"each file needs a 'path' and a non-negative integer 'size', got {f!r}")
+            raise HubError(
+                "BadRequest", f"each file needs a 'path' and a non-negative integer 'size', got {f!r}"
+            )
         path = validate.file_path(f.get("path"))
         mode = upload_mode(f["size"], threshold)
         current = manifest.get(path)
         same_kind = current is not None and current.lfs == (mode == "lfs")
-        out.append({"path": path, "uploadMode": mode, "shouldIgnore": False, "oid": current.oid if same_kind else None})
+        out.append(
+            {
+                "path": path,
+                "uploadMode": mode,
+                "shouldIgnore": False,
+                "oid": current.oid if same_kind else None,
+            }
+        )
     return ok({"files": out, "commitOid": commit_id})
 
 
@@ -108,7 +117,9 @@ class CommitParser:
                 "BadRequest", f"commit line {self.lineno} is not a JSON object {{key, value}}: {e}"
             ) from None
         if self.header is None and key != "header":
-            raise HubError("BadRequest", f"commit line {self.lineno}: the first line must be the header, got {key!r}")
+            raise HubError(
+                "BadRequest", f"commit line {self.lineno}: the first line must be the header, got {key!r}"
+            )
         if key == "header":
             self._header(value)
         elif key == "file":
@@ -136,7 +147,9 @@ class CommitParser:
         path = validate.file_path(value.get("path"))
         content, encoding = value.get("content"), value.get("encoding", "base64")
         if not isinstance(content, str) or encoding not in ("base64", "utf-8"):
-            raise HubError("BadRequest", f"file {path!r}: 'content' must be a string with encoding base64 or utf-8")
+            raise HubError(
+                "BadRequest", f"file {path!r}: 'content' must be a string with encoding base64 or utf-8"
+            )
         try:
             data = base64.b64decode(content, validate=True) if encoding == "base64" else content.encode()
         except binascii.Error:
@@ -159,7 +172,9 @@ class CommitParser:
             )
         size = value.get("size")
         if size is not None and size != known:
-            raise HubError("LfsObjectMismatch", f"lfsFile {path!r}: size {size} differs from the stored {known}")
+            raise HubError(
+                "LfsObjectMismatch", f"lfsFile {path!r}: size {size} differs from the stored {known}"
+            )
         self.ops.append(Op("file", path, FileEntry(oid, known, oid, True)))
 
     def discard(self) -> None:
@@ -203,15 +218,23 @@ async def commit(call: Call):
     rev = call.p["rev"]
     branch = rev.removeprefix("refs/heads/")
     if call.hub.store.ref(repo, "branch", branch) is None:
-        raise HubError("RevisionNotFound", f"branch {rev!r} does not exist in {repo.repo_id}; commits go to a branch")
+        raise HubError(
+            "RevisionNotFound", f"branch {rev!r} does not exist in {repo.repo_id}; commits go to a branch"
+        )
     parser = CommitParser(call, repo)
     try:
         await _parse(call, parser)
         h = parser.header
         commit_id = await call.write(
-            call.hub.store.commit, repo, branch, parser.ops,
-            title=h["summary"], message=h["description"], author=call.principal.user,
-            parent_prefix=h["parent"], before_write=parser.promote,
+            call.hub.store.commit,
+            repo,
+            branch,
+            parser.ops,
+            title=h["summary"],
+            message=h["description"],
+            author=call.principal.user,
+            parent_prefix=h["parent"],
+            before_write=parser.promote,
         )
     finally:
         parser.discard()  # no-op for promoted blobs (their temp files are gone)

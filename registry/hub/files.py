@@ -23,7 +23,9 @@ def _page_link(call: Call, commit_id: str, what: str, path: str, cursor: int) ->
     q["cursor"] = str(cursor)
     qs = "&".join(f"{quote(k, safe='[]')}={quote(v, safe='')}" for k, v in q.items())
     tail = "/" + "/".join(quote(s, safe="") for s in path.split("/")) if path else ""
-    return f"{call.base_url()}/api/{call.p['T']}/{call.p['ns']}/{call.p['name']}/{what}/{commit_id}{tail}?{qs}"
+    return (
+        f"{call.base_url()}/api/{call.p['T']}/{call.p['ns']}/{call.p['name']}/{what}/{commit_id}{tail}?{qs}"
+    )
 
 
 def paginate(call: Call, items: list, link_for) -> tuple[list, dict]:
@@ -32,7 +34,7 @@ def paginate(call: Call, items: list, link_for) -> tuple[list, dict]:
     if not raw.isdigit():
         raise HubError("BadRequest", f"cursor must be a non-negative integer, got {raw!r}")
     start, size = int(raw), call.hub.config.page_size
-    page = items[start:start + size]
+    page = items[start : start + size]
     headers = {}
     if start + size < len(items):
         headers["Link"] = f'<{link_for(start + size)}>; rel="next"'
@@ -61,7 +63,9 @@ async def paths_info(call: Call):
         try:
             paths = json.loads(raw).get("paths", [])
         except (ValueError, AttributeError):
-            raise HubError("BadRequest", "paths-info body must be JSON {\"paths\": [...]} or form paths=...") from None
+            raise HubError(
+                "BadRequest", 'paths-info body must be JSON {"paths": [...]} or form paths=...'
+            ) from None
     else:
         paths = parse_qs(raw.decode("utf-8", "replace")).get("paths", [])
     manifest = call.hub.store.manifest(repo, commit_id)
@@ -88,7 +92,8 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
         return None
     if start >= size or start > end or start < 0:
         raise HubError(
-            "RangeNotSatisfiable", f"range {header!r} is outside the file of {size} bytes",
+            "RangeNotSatisfiable",
+            f"range {header!r} is outside the file of {size} bytes",
             headers={"Content-Range": f"bytes */{size}"},
         )
     return start, end
@@ -101,7 +106,8 @@ async def resolve_file(call: Call):
     entry = call.hub.store.manifest(repo, commit_id).get(path)
     if entry is None:
         raise HubError(
-            "EntryNotFound", f"Entry Not Found: {path!r} does not exist at revision {call.p['rev']!r}",
+            "EntryNotFound",
+            f"Entry Not Found: {path!r} does not exist at revision {call.p['rev']!r}",
             headers={"X-Repo-Commit": commit_id},
         )
     headers = {

@@ -45,11 +45,16 @@ async def batch(call: Call):
     exp = int(time.time()) + UPLOAD_TTL_S
     out = []
     for obj in objects:
-        oid, size = obj.get("oid") if isinstance(obj, dict) else None, obj.get("size") if isinstance(obj, dict) else None
+        oid, size = (
+            obj.get("oid") if isinstance(obj, dict) else None,
+            obj.get("size") if isinstance(obj, dict) else None,
+        )
         try:
             validate.sha256_hex(oid)
             if not isinstance(size, int) or size < 0 or size > call.hub.config.max_lfs_bytes:
-                raise HubError("BadRequest", f"size must be an integer from 0 to {call.hub.config.max_lfs_bytes}")
+                raise HubError(
+                    "BadRequest", f"size must be an integer from 0 to {call.hub.config.max_lfs_bytes}"
+                )
         except HubError as e:
             out.append({"oid": oid, "size": size, "error": {"code": 422, "message": e.message}})
             continue
@@ -57,14 +62,20 @@ async def batch(call: Call):
             out.append({"oid": oid, "size": size})  # already stored for this repo: skip
             continue
         href = f"{_lfs_base(call, repo)}/{oid}?size={size}&exp={exp}&sig={sign(call.hub.secret, repo.id, oid, size, exp)}"
-        out.append({
-            "oid": oid, "size": size, "authenticated": True,
-            "actions": {
-                "upload": {"href": href, "expires_in": UPLOAD_TTL_S},
-                "verify": {"href": f"{_lfs_base(call, repo)}/{oid}/verify", "expires_in": UPLOAD_TTL_S},
-            },
-        })
-    return ok({"transfer": "basic", "objects": out, "hash_algo": "sha256"}, headers={"Content-Type": LFS_JSON})
+        out.append(
+            {
+                "oid": oid,
+                "size": size,
+                "authenticated": True,
+                "actions": {
+                    "upload": {"href": href, "expires_in": UPLOAD_TTL_S},
+                    "verify": {"href": f"{_lfs_base(call, repo)}/{oid}/verify", "expires_in": UPLOAD_TTL_S},
+                },
+            }
+        )
+    return ok(
+        {"transfer": "basic", "objects": out, "hash_algo": "sha256"}, headers={"Content-Type": LFS_JSON}
+    )
 
 
 async def upload(call: Call):
@@ -76,8 +87,12 @@ async def upload(call: Call):
     try:
         size, exp = int(q.get("size", "")), int(q.get("exp", ""))
     except ValueError:
-        raise HubError("Forbidden", "LFS upload URL lacks size/exp/sig; ask the batch API for a new one") from None
-    good = repo is not None and hmac.compare_digest(q.get("sig", ""), sign(call.hub.secret, repo.id, oid, size, exp))
+        raise HubError(
+            "Forbidden", "LFS upload URL lacks size/exp/sig; ask the batch API for a new one"
+        ) from None
+    good = repo is not None and hmac.compare_digest(
+        q.get("sig", ""), sign(call.hub.secret, repo.id, oid, size, exp)
+    )
     if not good or exp < time.time():
         raise HubError("Forbidden", "LFS upload URL is invalid or expired; ask the batch API for a new one")
     writer = call.hub.blobs.new_writer()
@@ -105,7 +120,9 @@ async def verify(call: Call):
     oid = validate.sha256_hex(call.p["oid"])
     size = call.hub.store.lfs_size(repo, oid)
     if size is None or not call.hub.blobs.exists(oid) or body.get("size", size) != size:
-        raise HubError("UnknownLfsObject", f"LFS object {oid} (size {body.get('size')}) is not stored for {repo.repo_id}")
+        raise HubError(
+            "UnknownLfsObject", f"LFS object {oid} (size {body.get('size')}) is not stored for {repo.repo_id}"
+        )
     return ok({"oid": oid, "size": size})
 
 

@@ -60,7 +60,8 @@ def _check_no_clash(manifest: Manifest, path: str) -> None:
         parent = "/".join(parts[:i])
         if parent in manifest:
             raise HubError(
-                "PathConflict", f"cannot add {path!r}: {parent!r} is a file; delete it first or pick another path"
+                "PathConflict",
+                f"cannot add {path!r}: {parent!r} is a file; delete it first or pick another path",
             )
     if any(p.startswith(path + "/") for p in manifest):
         raise HubError(
@@ -105,7 +106,7 @@ def tree(manifest: Manifest, folder: str, recursive: bool) -> list[dict]:
     for path, entry in manifest.items():
         if not path.startswith(prefix):
             continue
-        rest = path[len(prefix):].split("/")
+        rest = path[len(prefix) :].split("/")
         if recursive:
             files_out.append((path, file_json(path, entry)))
             for i in range(1, len(rest)):

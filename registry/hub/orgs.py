@@ -13,29 +13,36 @@ from .web import Call, ok
 async def overview(call: Call):
     ns = call.p["ns"]
     org = call.hub.accounts.org(ns)
-    return ok({
-        "name": ns,
-        "fullname": ns,
-        "avatarUrl": "",
-        "type": "org" if org else "user",
-        "isEnterprise": False,
-        "numMembers": len(org["members"]) if org else 1,
-        "trustedKernelPublisher": bool(org and org["trusted"]),
-    })
+    return ok(
+        {
+            "name": ns,
+            "fullname": ns,
+            "avatarUrl": "",
+            "type": "org" if org else "user",
+            "isEnterprise": False,
+            "numMembers": len(org["members"]) if org else 1,
+            "trustedKernelPublisher": bool(org and org["trusted"]),
+        }
+    )
 
 
 async def whoami(call: Call):
     who = call.require_user()
     orgs = call.hub.accounts.user_orgs(who.user)
-    return ok({
-        "type": "user",
-        "id": who.user,
-        "name": who.user,
-        "fullname": who.user,
-        "orgs": [{"type": "org", "name": o, "fullname": o, "roleInOrg": "write"} for o in orgs],
-        "auth": {"type": "access_token", "accessToken": {"displayName": "kernel-hub token", "role": "write"}},
-        "canWrite": sorted({who.user, *who.write_namespaces}),
-    })
+    return ok(
+        {
+            "type": "user",
+            "id": who.user,
+            "name": who.user,
+            "fullname": who.user,
+            "orgs": [{"type": "org", "name": o, "fullname": o, "roleInOrg": "write"} for o in orgs],
+            "auth": {
+                "type": "access_token",
+                "accessToken": {"displayName": "kernel-hub token", "role": "write"},
+            },
+            "canWrite": sorted({who.user, *who.write_namespaces}),
+        }
+    )
 
 
 async def agent_harnesses(call: Call):

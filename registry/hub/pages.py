@@ -33,8 +33,14 @@ def _page(title: str, body: str) -> HTMLResponse:
     )
 
 
-def extra_sections(repo_id: str, version: int, commit: str, manifest: Manifest,
-                   read: Callable[[str], bytes], compat: dict[str, bytes]) -> list[str]:
+def extra_sections(
+    repo_id: str,
+    version: int,
+    commit: str,
+    manifest: Manifest,
+    read: Callable[[str], bytes],
+    compat: dict[str, bytes],
+) -> list[str]:
     """HTML blocks other parts add under a version (today: the compatibility matrix, if present)."""
     try:
         matrix = importlib.import_module("registry.matrix")
@@ -62,8 +68,10 @@ def _backend(meta: dict) -> str:
 async def index(call: Call):
     rows = [
         f"<li><a href='/kernels/{html.escape(r.repo_id)}'>{html.escape(r.repo_id)}</a></li>"
-        if r.type == "kernel" else f"<li>{html.escape(r.repo_id)} (model)</li>"
-        for r in call.hub.store.list() if not r.private
+        if r.type == "kernel"
+        else f"<li>{html.escape(r.repo_id)} (model)</li>"
+        for r in call.hub.store.list()
+        if not r.private
     ]
     return _page("kernel-hub", f"<h1>kernel-hub</h1><ul>{''.join(rows) or '<li>no repos yet</li>'}</ul>")
 
@@ -105,7 +113,11 @@ async def kernel_page(call: Call):
     repo = call.repo()
     store = call.hub.store
     versions = sorted(
-        ((int(r.name[1:]), r.commit_id) for r in store.refs(repo) if r.kind == "branch" and is_version_branch(r.name)),
+        (
+            (int(r.name[1:]), r.commit_id)
+            for r in store.refs(repo)
+            if r.kind == "branch" and is_version_branch(r.name)
+        ),
         reverse=True,
     )
     compat = compat_files(call, repo)
@@ -117,13 +129,23 @@ async def kernel_page(call: Call):
         read = reader(call, manifest)
         variants = variants_of(manifest, read)
         parts.append(f"<h2>v{number} <small><code>{commit_id[:12]}</code></small></h2>")
-        parts.append("<h3>Variants</h3><ul>" + "".join(
-            f"<li><code>{html.escape(v)}</code> {html.escape(_backend(m))}</li>" for v, m in variants.items()
-        ) + "</ul>")
+        parts.append(
+            "<h3>Variants</h3><ul>"
+            + "".join(
+                f"<li><code>{html.escape(v)}</code> {html.escape(_backend(m))}</li>"
+                for v, m in variants.items()
+            )
+            + "</ul>"
+        )
         parts.extend(extra_sections(repo.repo_id, number, commit_id, manifest, read, compat))
-        parts.append("<details><summary>Files</summary><ul>" + "".join(
-            f"<li><code>{html.escape(p)}</code> ({e.size} bytes)</li>" for p, e in sorted(manifest.items())
-        ) + "</ul></details>")
+        parts.append(
+            "<details><summary>Files</summary><ul>"
+            + "".join(
+                f"<li><code>{html.escape(p)}</code> ({e.size} bytes)</li>"
+                for p, e in sorted(manifest.items())
+            )
+            + "</ul></details>"
+        )
     return _page(repo.repo_id, "".join(parts))
 
 

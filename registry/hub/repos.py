@@ -35,7 +35,9 @@ async def create_repo(call: Call):
     existing = call.hub.store.get(type_, ns, name)
     if existing is not None:
         raise HubError(
-            "RepoExists", f"You already created this {type_} repo: {ns}/{name}", body={"url": call.repo_url(existing)}
+            "RepoExists",
+            f"You already created this {type_} repo: {ns}/{name}",
+            body={"url": call.repo_url(existing)},
         )
     try:
         repo = await call.write(call.hub.store.create, type_, ns, name, private, who.user)
@@ -76,8 +78,16 @@ def info_json(call: Call, repo: Repo, commit_id: str) -> dict:
     }
     if repo.type == "model":
         out["siblings"] = [
-            {"rfilename": p, "size": e.size, "blobId": e.oid,
-             **({"lfs": {"size": e.size, "sha256": e.sha256, "pointerSize": pointer_size(e)}} if e.lfs else {})}
+            {
+                "rfilename": p,
+                "size": e.size,
+                "blobId": e.oid,
+                **(
+                    {"lfs": {"size": e.size, "sha256": e.sha256, "pointerSize": pointer_size(e)}}
+                    if e.lfs
+                    else {}
+                ),
+            }
             for p, e in sorted(store.manifest(repo, commit_id).items())
         ]
     return out

@@ -69,8 +69,9 @@ class Call:
             self._principal = self.hub.accounts.principal(token) if token else None
             if token and self._principal is None:
                 raise HubError(
-                    "Unauthorized", "Invalid credentials in Authorization header: unknown token; "
-                    "create one with `kernel-hub token create`"
+                    "Unauthorized",
+                    "Invalid credentials in Authorization header: unknown token; "
+                    "create one with `kernel-hub token create`",
                 )
         return self._principal
 
@@ -80,7 +81,9 @@ class Call:
 
     def require_user(self) -> Principal:
         if self.principal is None:
-            raise HubError("Unauthorized", "This action needs a token: set HF_TOKEN (kernel-hub token create)")
+            raise HubError(
+                "Unauthorized", "This action needs a token: set HF_TOKEN (kernel-hub token create)"
+            )
         return self.principal
 
     def require_write(self, namespace: str) -> Principal:

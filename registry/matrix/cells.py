@@ -73,8 +73,10 @@ class Matrix:
                 if not c.passed:
                     out.append(f"{where}: check on {c.fingerprint} failed: {c.detail}")
                 elif c.variant != cell.chosen:
-                    out.append(f"{where}: check on {c.fingerprint} ran {c.variant or c.source} ({c.reason}), "
-                               f"expected {cell.chosen}")
+                    out.append(
+                        f"{where}: check on {c.fingerprint} ran {c.variant or c.source} ({c.reason}), "
+                        f"expected {cell.chosen}"
+                    )
         out += [f"{c.fingerprint}: check failed: {c.detail}" for c in self.other_checks if not c.passed]
         return out
 
@@ -95,7 +97,7 @@ def _is_gpu_variant(name: str) -> bool:
 
 
 def how_it_runs(verdict: Verdict) -> str:
-    """"AOT sm_90a" / "Triton JIT" for the Triton variant, "SASS sm_80" / "PTX sm_86" for compiled builds."""
+    """ "AOT sm_90a" / "Triton JIT" for the Triton variant, "SASS sm_80" / "PTX sm_86" for compiled builds."""
     d = verdict.detail
     if "aot" in d:
         return f"AOT {d['aot_arch']}" if d["aot"] else "Triton JIT"

@@ -75,7 +75,9 @@ class MatrixConfig:
 
 def _strings(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise MatrixConfigError(f"build/matrix.toml: {where} must be a non-empty list of strings, got {value!r}")
+        raise MatrixConfigError(
+            f"build/matrix.toml: {where} must be a non-empty list of strings, got {value!r}"
+        )
     return tuple(value)
 
 
@@ -83,20 +85,28 @@ def parse_config(data: Mapping) -> MatrixConfig:
     """MatrixConfig from the parsed TOML of build/matrix.toml; raises MatrixConfigError naming the bad key."""
     envs = data.get("environments")
     if not isinstance(envs, Mapping):
-        raise MatrixConfigError("build/matrix.toml has no [environments] table; add one with the axes " + ", ".join(AXES))
+        raise MatrixConfigError(
+            "build/matrix.toml has no [environments] table; add one with the axes " + ", ".join(AXES)
+        )
     missing = [a for a in AXES if a not in envs]
     if missing:
-        raise MatrixConfigError(f"build/matrix.toml: [environments] lacks {', '.join(missing)}; every axis needs a list")
+        raise MatrixConfigError(
+            f"build/matrix.toml: [environments] lacks {', '.join(missing)}; every axis needs a list"
+        )
     axes = {a: _strings(envs[a], f"[environments].{a}") for a in AXES}
     excludes = []
     for i, entry in enumerate(envs.get("exclude", [])):
         where = f"[[environments.exclude]] #{i + 1}"
         reason = entry.get("reason")
         if not isinstance(reason, str) or not reason:
-            raise MatrixConfigError(f"build/matrix.toml: {where} needs a `reason` saying why it is not served")
+            raise MatrixConfigError(
+                f"build/matrix.toml: {where} needs a `reason` saying why it is not served"
+            )
         unknown = set(entry) - set(AXES) - {"reason"}
         if unknown:
-            raise MatrixConfigError(f"build/matrix.toml: {where} has unknown keys {sorted(unknown)}; use {AXES}")
+            raise MatrixConfigError(
+                f"build/matrix.toml: {where} has unknown keys {sorted(unknown)}; use {AXES}"
+            )
         match = {a: _strings(v, f"{where}.{a}") for a, v in entry.items() if a != "reason"}
         excludes.append(Exclude(match, reason))
     triton = dict(envs.get("triton_for_torch", {}))
@@ -110,4 +120,6 @@ def load_config(path: Path | None = None) -> MatrixConfig:
         with open(path, "rb") as f:
             return parse_config(tomllib.load(f))
     except FileNotFoundError:
-        raise MatrixConfigError(f"matrix file {path} does not exist; pass --matrix PATH to build/matrix.toml") from None
+        raise MatrixConfigError(
+            f"matrix file {path} does not exist; pass --matrix PATH to build/matrix.toml"
+        ) from None

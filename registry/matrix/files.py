@@ -42,6 +42,7 @@ def matrix_from_files(
                 records.append(parse_record(json.loads(data)))
             except (ValueError, RecordError) as e:
                 warnings.append(f"compat:{path}: {e}")
-    matrix = build_matrix(config or load_config(), repo=repo, version=version, commit=commit,
-                          variants=variants, records=records)
+    matrix = build_matrix(
+        config or load_config(), repo=repo, version=version, commit=commit, variants=variants, records=records
+    )
     return matrix, warnings

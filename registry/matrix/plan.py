@@ -45,10 +45,14 @@ def build_jobs(data: Mapping) -> list[dict]:
             job["cpu"] = v.arch.platform if isinstance(v, ArchVariant) else "x86_64"
             job["torch_cuda_arch_list"] = torch_cuda_arch_list(archs, ptx)
         elif kind != "triton":
-            raise MatrixConfigError(f"build/matrix.toml: variant {name!r} has kind {kind!r}; use 'triton' or 'cuda'")
+            raise MatrixConfigError(
+                f"build/matrix.toml: variant {name!r} has kind {kind!r}; use 'triton' or 'cuda'"
+            )
         if job["cpu"] not in BUILD_RUNNERS:
-            raise MatrixConfigError(f"build/matrix.toml: variant {name!r} targets CPU {job['cpu']!r}; runners exist "
-                                    f"for {sorted(BUILD_RUNNERS)}")
+            raise MatrixConfigError(
+                f"build/matrix.toml: variant {name!r} targets CPU {job['cpu']!r}; runners exist "
+                f"for {sorted(BUILD_RUNNERS)}"
+            )
         job["runner"] = BUILD_RUNNERS[job["cpu"]]
         jobs.append(job)
     return jobs
@@ -60,6 +64,8 @@ def compat_jobs(data: Mapping) -> list[dict]:
     archs = (data.get("environments") or {}).get("gpu_arch") or []
     unknown = sorted(set(runners) - set(archs))
     if unknown:
-        raise MatrixConfigError(f"build/matrix.toml: [ci.gpu_runners] names archs {unknown} that "
-                                "[environments].gpu_arch does not promise")
+        raise MatrixConfigError(
+            f"build/matrix.toml: [ci.gpu_runners] names archs {unknown} that "
+            "[environments].gpu_arch does not promise"
+        )
     return [{"gpu_arch": a, "runner": runners[a]} for a in archs if a in runners]

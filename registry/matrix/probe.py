@@ -28,8 +28,9 @@ def max_errors(check: Mapping) -> dict[str, float]:
     return out
 
 
-def record_from_info(info: Mapping, env, repo: str, version: int, commit: str, checked_at: str,
-                     seconds: float) -> CheckRecord:
+def record_from_info(
+    info: Mapping, env, repo: str, version: int, commit: str, checked_at: str, seconds: float
+) -> CheckRecord:
     """A CheckRecord from a loaded module's `__kernel_info__` (pure)."""
     check = info.get("check") or {}
     if "passed" in check:
@@ -37,9 +38,17 @@ def record_from_info(info: Mapping, env, repo: str, version: int, commit: str, c
     else:  # eager fallback: the reference itself runs, nothing to compare against
         passed, detail = info.get("source") == "fallback-eager", str(check.get("status", "no check ran"))
     return CheckRecord(
-        env=env, repo=repo, version=version, commit=info.get("commit") or commit, variant=info.get("variant"),
-        source=str(info.get("source")), reason=info.get("reason") if info.get("variant") is None else None,
-        passed=passed, max_error=max_errors(check), detail=detail, checked_at=checked_at,
+        env=env,
+        repo=repo,
+        version=version,
+        commit=info.get("commit") or commit,
+        variant=info.get("variant"),
+        source=str(info.get("source")),
+        reason=info.get("reason") if info.get("variant") is None else None,
+        passed=passed,
+        max_error=max_errors(check),
+        detail=detail,
+        checked_at=checked_at,
         duration_s=round(seconds, 3),
     )
 
@@ -52,11 +61,25 @@ def probe(repo: str, version: int, commit: str, *, endpoint: str | None, token: 
     started = time.monotonic()
     checked_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     try:
-        module = get_kernel(repo, version=version, fallback="compile", check="always", endpoint=endpoint,
-                            token=token)
+        module = get_kernel(
+            repo, version=version, fallback="compile", check="always", endpoint=endpoint, token=token
+        )
     except KernelLoadError as e:
         seconds = time.monotonic() - started
-        return CheckRecord(env, repo, version, commit, None, "error", str(e).splitlines()[0], False, {},
-                           f"get_kernel failed: {str(e).splitlines()[0]}", checked_at, round(seconds, 3))
-    return record_from_info(module.__kernel_info__, env, repo, version, commit, checked_at,
-                            time.monotonic() - started)
+        return CheckRecord(
+            env,
+            repo,
+            version,
+            commit,
+            None,
+            "error",
+            str(e).splitlines()[0],
+            False,
+            {},
+            f"get_kernel failed: {str(e).splitlines()[0]}",
+            checked_at,
+            round(seconds, 3),
+        )
+    return record_from_info(
+        module.__kernel_info__, env, repo, version, commit, checked_at, time.monotonic() - started
+    )

@@ -38,7 +38,7 @@ def commit_dir(commit: str) -> str:
 
 
 def _minor(version: str | None) -> str | None:
-    """"2.11.0+cu130" -> "2.11"; None stays None."""
+    """ "2.11.0+cu130" -> "2.11"; None stays None."""
     if not version:
         return None
     return ".".join(version.split("+")[0].split(".")[:2])
@@ -98,7 +98,9 @@ class RecordError(ValueError):
 def parse_record(data: Mapping) -> CheckRecord:
     """CheckRecord from its JSON; raises RecordError saying which key is wrong."""
     if data.get("schema") != SCHEMA:
-        raise RecordError(f"check record schema {data.get('schema')!r} is not {SCHEMA}; re-run `kernel-hub matrix --check`")
+        raise RecordError(
+            f"check record schema {data.get('schema')!r} is not {SCHEMA}; re-run `kernel-hub matrix --check`"
+        )
     try:
         env = Env(**data["env"])
         return CheckRecord(

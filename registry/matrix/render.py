@@ -108,8 +108,10 @@ def render_markdown(matrix: Matrix) -> str:
     out = [
         f"### Compatibility matrix: {matrix.repo} v{matrix.version} (`{matrix.commit[:12]}`)",
         "",
-        (f"Variants: {', '.join(f'`{v}`' for v in matrix.variants) or 'none'}. Python {_python_span(matrix)} "
-         "in every cell unless a cell says otherwise."),
+        (
+            f"Variants: {', '.join(f'`{v}`' for v in matrix.variants) or 'none'}. Python {_python_span(matrix)} "
+            "in every cell unless a cell says otherwise."
+        ),
         "",
         LEGEND.format(**MARK),
         "",
@@ -129,15 +131,22 @@ def render_markdown(matrix: Matrix) -> str:
         out += ["", "Checks recorded on machines outside the promised environments:"]
         out += [f"- {_machine(c)}: {_path(c)} — {_check_note(c)}" for c in matrix.other_checks]
     problems = matrix.problems()
-    out += ["", f"**{len(problems)} broken promise(s).**" if problems else "**Every promised environment has a hub kernel.**"]
+    out += [
+        "",
+        f"**{len(problems)} broken promise(s).**"
+        if problems
+        else "**Every promised environment has a hub kernel.**",
+    ]
     out += [f"- {p}" for p in problems]
     return "\n".join(out) + "\n"
 
 
 def _machine(c: CheckRecord) -> str:
     e = c.env
-    return (f"{e.gpu_arch or 'no GPU'}, torch {e.torch or '-'}, CUDA {e.cuda or '-'}, Python {e.python}, "
-            f"{e.cpu}-{e.os}")
+    return (
+        f"{e.gpu_arch or 'no GPU'}, torch {e.torch or '-'}, CUDA {e.cuda or '-'}, Python {e.python}, "
+        f"{e.cpu}-{e.os}"
+    )
 
 
 def _path(c: CheckRecord) -> str:
@@ -146,6 +155,7 @@ def _path(c: CheckRecord) -> str:
 
 def render_json(matrix: Matrix) -> str:
     """Every environment as its own entry, with checks and problems; stable key order."""
+
     def cell(c: Cell) -> dict:
         return {
             "env": dataclasses.asdict(c.env),
@@ -187,21 +197,28 @@ def render_html(matrix: Matrix) -> str:
     parts = [
         f'<section class="kh-matrix" id="matrix-v{matrix.version}"><style>{_CSS}</style>',
         f"<h3>Compatibility matrix v{matrix.version} <code>{e(matrix.commit[:12])}</code></h3>",
-        (f"<p>Variants: {e(', '.join(matrix.variants) or 'none')}. Python {e(_python_span(matrix))} "
-         f"unless a cell says otherwise.</p><p class=\"note\">{e(LEGEND.format(**HTML_MARK))}</p>"),
+        (
+            f"<p>Variants: {e(', '.join(matrix.variants) or 'none')}. Python {e(_python_span(matrix))} "
+            f'unless a cell says otherwise.</p><p class="note">{e(LEGEND.format(**HTML_MARK))}</p>'
+        ),
         "<table><thead><tr><th>GPU</th><th>CUDA</th><th>torch</th>"
-        + "".join(f"<th>{e(c)}</th>" for c in cpus) + "</tr></thead><tbody>",
+        + "".join(f"<th>{e(c)}</th>" for c in cpus)
+        + "</tr></thead><tbody>",
     ]
     for r in rows:
         tds = []
         for text, status, notes in r.cells:
             note = "".join(f'<div class="note">{e(n)}</div>' for n in notes)
             tds.append(f'<td class="{status}">{HTML_MARK[status]} {e(text)}{note}</td>')
-        parts.append(f"<tr><td>{e(r.gpu_arch)}</td><td>{e(r.cuda)}</td><td>{e(r.torch)}</td>{''.join(tds)}</tr>")
+        parts.append(
+            f"<tr><td>{e(r.gpu_arch)}</td><td>{e(r.cuda)}</td><td>{e(r.torch)}</td>{''.join(tds)}</tr>"
+        )
     parts.append("</tbody></table>")
     if matrix.other_checks:
         parts.append("<p>Checks on machines outside the promised environments:</p><ul>")
-        parts += [f"<li>{e(_machine(c))}: {e(_path(c))} — {e(_check_note(c))}</li>" for c in matrix.other_checks]
+        parts += [
+            f"<li>{e(_machine(c))}: {e(_path(c))} — {e(_check_note(c))}</li>" for c in matrix.other_checks
+        ]
         parts.append("</ul>")
     problems = matrix.problems()
     if problems:
@@ -215,5 +232,7 @@ def render_html(matrix: Matrix) -> str:
 def render_html_page(matrices: Iterable[Matrix], title: str) -> str:
     """A standalone HTML document with one matrix section per version (CLI `--format html`)."""
     body = "\n".join(render_html(m) for m in matrices)
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
-            f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
+        f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
+    )

@@ -27,15 +27,21 @@ def version_commit(api: HfApi, repo: str, version: int) -> str:
     branches = {b.name: b.target_commit for b in refs.branches}
     name = f"v{version}"
     if name not in branches:
-        have = sorted((b for b in branches if b[1:].isdigit() and b.startswith("v")), key=lambda b: int(b[1:]))
-        raise MatrixSourceError(f"{repo} has no version {version} (branch {name}); versions: {', '.join(have) or 'none'}")
+        have = sorted(
+            (b for b in branches if b[1:].isdigit() and b.startswith("v")), key=lambda b: int(b[1:])
+        )
+        raise MatrixSourceError(
+            f"{repo} has no version {version} (branch {name}); versions: {', '.join(have) or 'none'}"
+        )
     return branches[name]
 
 
 def versions(api: HfApi, repo: str) -> dict[int, str]:
     """Every version branch `vN` -> its head commit."""
     refs = api.list_repo_refs(repo, repo_type=REPO_TYPE)
-    return {int(b.name[1:]): b.target_commit for b in refs.branches if b.name[:1] == "v" and b.name[1:].isdigit()}
+    return {
+        int(b.name[1:]): b.target_commit for b in refs.branches if b.name[:1] == "v" and b.name[1:].isdigit()
+    }
 
 
 def _read_json(api: HfApi, repo: str, path: str, revision: str, cache_dir: Path | None) -> dict:
@@ -48,7 +54,9 @@ def variant_metadata(api: HfApi, repo: str, commit: str, cache_dir: Path | None 
     try:
         entries = api.list_repo_tree(repo, path_in_repo="build", revision=commit, repo_type=REPO_TYPE)
     except EntryNotFoundError:
-        raise MatrixSourceError(f"{repo}@{commit[:12]} has no build/ folder: publish variants with `kernel-hub publish`") from None
+        raise MatrixSourceError(
+            f"{repo}@{commit[:12]} has no build/ folder: publish variants with `kernel-hub publish`"
+        ) from None
     names = sorted(e.path.split("/", 1)[1] for e in entries if isinstance(e, RepoFolder))
     return {n: _read_json(api, repo, f"build/{n}/metadata.json", commit, cache_dir) for n in names}
 
@@ -56,7 +64,9 @@ def variant_metadata(api: HfApi, repo: str, commit: str, cache_dir: Path | None 
 def check_records(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> list[CheckRecord]:
     """Every check recorded on the `compat` branch for `commit`; none when the branch or folder is absent."""
     try:
-        entries = api.list_repo_tree(repo, path_in_repo=commit_dir(commit), revision=COMPAT_BRANCH, repo_type=REPO_TYPE)
+        entries = api.list_repo_tree(
+            repo, path_in_repo=commit_dir(commit), revision=COMPAT_BRANCH, repo_type=REPO_TYPE
+        )
         paths = sorted(e.path for e in entries if e.path.endswith(".json"))
     except (EntryNotFoundError, RevisionNotFoundError):
         return []

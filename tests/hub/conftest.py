@@ -15,8 +15,9 @@ BIG_SIZE = 20 * 1000 * 1000
 
 def make_tree(root: Path, n_small: int = 300, big_size: int = BIG_SIZE) -> dict[str, str]:
     """`n_small` small files in nested folders, one random `big.bin`, a README; returns path -> sha256."""
-    files: dict[str, bytes] = {f"data/d{i % 7}/sub{i % 3}/f{i}.txt": f"file {i}\n".encode() * (i % 5 + 1)
-                               for i in range(n_small)}
+    files: dict[str, bytes] = {
+        f"data/d{i % 7}/sub{i % 3}/f{i}.txt": f"file {i}\n".encode() * (i % 5 + 1) for i in range(n_small)
+    }
     files["README.md"] = b"---\nlicense: apache-2.0\n---\n# test tree\n"
     files["big.bin"] = os.urandom(big_size)
     for rel, data in files.items():
@@ -26,7 +27,9 @@ def make_tree(root: Path, n_small: int = 300, big_size: int = BIG_SIZE) -> dict[
     return {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
 
 
-def tiny_kernel_tree(root: Path, module_id: str, variants=("torch-cpu", "torch-universal"), offset: int = 1) -> Path:
+def tiny_kernel_tree(
+    root: Path, module_id: str, variants=("torch-cpu", "torch-universal"), offset: int = 1
+) -> Path:
     """A pure-Python kernel `tiny_kernel` with `add(xs)` returning xs + offset, per variant folder."""
     for variant in variants:
         pkg = root / "build" / variant / "tiny_kernel"

@@ -48,16 +48,36 @@ HEADER = {"key": "header", "value": {"summary": "bad"}}
 
 
 def add(path: str, data: bytes = b"payload") -> dict:
-    return {"key": "file", "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"}}
+    return {
+        "key": "file",
+        "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"},
+    }
 
 
 def _commit(http, setup, body: bytes):
-    return http.post(f"/api/kernels/{REPO}/commit/main", content=body,
-                     headers={**setup["auth"], "content-type": "application/x-ndjson"})
+    return http.post(
+        f"/api/kernels/{REPO}/commit/main",
+        content=body,
+        headers={**setup["auth"], "content-type": "application/x-ndjson"},
+    )
 
 
-@pytest.mark.parametrize("path", ["../escape.txt", "a/../../b", "/abs.txt", "a\\b.txt", "a//b.txt", "nul\x00.txt",
-                                  "./x", "dir/", ".git/config", "x" * 300, "/".join(["d"] * 600)])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../escape.txt",
+        "a/../../b",
+        "/abs.txt",
+        "a\\b.txt",
+        "a//b.txt",
+        "nul\x00.txt",
+        "./x",
+        "dir/",
+        ".git/config",
+        "x" * 300,
+        "/".join(["d"] * 600),
+    ],
+)
 def test_bad_paths_are_refused(http, setup, unchanged, path):
     # a good file first: it must not be stored either when a later line is refused
     r = _commit(http, setup, ndjson(HEADER, add("good.txt", os.urandom(64)), add(path)))
@@ -65,16 +85,22 @@ def test_bad_paths_are_refused(http, setup, unchanged, path):
     assert r.headers["x-error-code"] == "InvalidPath" and "invalid file path" in r.json()["error"]
 
 
-@pytest.mark.parametrize("body,needle", [
-    (b"not json\n", "not a JSON object"),
-    (ndjson(add("x.txt")), "first line must be the header"),
-    (ndjson(HEADER, HEADER), "second header"),
-    (ndjson(HEADER, {"key": "rename", "value": {"path": "x"}}), "unknown operation"),
-    (ndjson(HEADER, {"key": "file", "value": {"path": "x", "content": "@@@", "encoding": "base64"}}), "base64"),
-    (ndjson({"key": "header", "value": {"summary": ""}}), "summary"),
-    (ndjson({"key": "header", "value": {"summary": "s", "parentCommit": "xyz"}}), "parentCommit"),
-    (b"", "empty commit body"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (b"not json\n", "not a JSON object"),
+        (ndjson(add("x.txt")), "first line must be the header"),
+        (ndjson(HEADER, HEADER), "second header"),
+        (ndjson(HEADER, {"key": "rename", "value": {"path": "x"}}), "unknown operation"),
+        (
+            ndjson(HEADER, {"key": "file", "value": {"path": "x", "content": "@@@", "encoding": "base64"}}),
+            "base64",
+        ),
+        (ndjson({"key": "header", "value": {"summary": ""}}), "summary"),
+        (ndjson({"key": "header", "value": {"summary": "s", "parentCommit": "xyz"}}), "parentCommit"),
+        (b"", "empty commit body"),
+    ],
+)
 def test_malformed_ndjson_is_refused(http, setup, unchanged, body, needle):
     r = _commit(http, setup, body)
     assert r.status_code == 400 and needle in r.json()["error"], r.text
@@ -82,12 +108,20 @@ def test_malformed_ndjson_is_refused(http, setup, unchanged, body, needle):
 
 def test_unknown_lfs_oid_is_refused(http, setup, unchanged):
     oid = "ab" * 32
-    r = _commit(http, setup, ndjson(HEADER, {"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": oid, "size": 3}}))
+    r = _commit(
+        http,
+        setup,
+        ndjson(
+            HEADER, {"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": oid, "size": 3}}
+        ),
+    )
     assert r.status_code == 422 and oid in r.json()["error"]
 
 
 def test_deleting_a_missing_file_is_404(http, setup, unchanged):
-    r = _commit(http, setup, ndjson(HEADER, add("new.txt"), {"key": "deletedFile", "value": {"path": "absent.txt"}}))
+    r = _commit(
+        http, setup, ndjson(HEADER, add("new.txt"), {"key": "deletedFile", "value": {"path": "absent.txt"}})
+    )
     assert r.status_code == 404 and r.headers["x-error-code"] == "EntryNotFound"
 
 
@@ -96,7 +130,9 @@ def test_file_folder_clash_is_refused(http, setup, unchanged):
     assert r.status_code == 409 and "is a file" in r.json()["error"]
 
 
-@pytest.mark.parametrize("name", ["v01", "v1_0", "v1.5", "v2-rc", "refs/heads/x", "a..b", "-x", "x.lock", "a" * 40 + "/"])
+@pytest.mark.parametrize(
+    "name", ["v01", "v1_0", "v1.5", "v2-rc", "refs/heads/x", "a..b", "-x", "x.lock", "a" * 40 + "/"]
+)
 def test_bad_branch_names_are_refused(http, setup, unchanged, name):
     r = http.post(f"/api/kernels/{REPO}/branch/{name.replace('/', '%2F')}", json={}, headers=setup["auth"])
     assert r.status_code == 400 and r.headers["x-error-code"] == "InvalidRevision", r.text
@@ -104,19 +140,24 @@ def test_bad_branch_names_are_refused(http, setup, unchanged, name):
 
 def test_canonical_version_branches_are_accepted(http, setup):
     for name in ("v0", "v10", "vnext", "release/v01"):
-        r = http.post(f"/api/kernels/{REPO}/branch/{name.replace('/', '%2F')}", json={}, headers=setup["auth"])
+        r = http.post(
+            f"/api/kernels/{REPO}/branch/{name.replace('/', '%2F')}", json={}, headers=setup["auth"]
+        )
         assert r.status_code == 200, (name, r.text)
 
 
-@pytest.mark.parametrize("payload", [
-    {"name": "bad--name", "organization": "bad-user", "type": "kernel"},
-    {"name": "-dash", "organization": "bad-user", "type": "kernel"},
-    {"name": "x.git", "organization": "bad-user", "type": "kernel"},
-    {"name": "ok", "organization": "api", "type": "kernel"},
-    {"name": "a/b", "organization": "bad-user", "type": "kernel"},
-    {"name": "ok", "organization": "bad-user", "type": "dataset"},
-    {"name": None, "organization": "bad-user", "type": "kernel"},
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"name": "bad--name", "organization": "bad-user", "type": "kernel"},
+        {"name": "-dash", "organization": "bad-user", "type": "kernel"},
+        {"name": "x.git", "organization": "bad-user", "type": "kernel"},
+        {"name": "ok", "organization": "api", "type": "kernel"},
+        {"name": "a/b", "organization": "bad-user", "type": "kernel"},
+        {"name": "ok", "organization": "bad-user", "type": "dataset"},
+        {"name": None, "organization": "bad-user", "type": "kernel"},
+    ],
+)
 def test_bad_repo_names_are_refused(http, setup, payload):
     before = http.get("/").text
     r = http.post("/api/repos/create", json=payload, headers=setup["auth"])
@@ -128,8 +169,12 @@ def test_bad_repo_names_are_refused(http, setup, payload):
 def test_invalid_readme_metadata_is_refused(hub, setup, unchanged):
     api = HfApi(endpoint=hub.url, token=setup["token"])
     with pytest.raises(ValueError, match="Invalid metadata"):
-        api.upload_file(path_or_fileobj=b"---\nkey: [unclosed\n---\n# x\n", path_in_repo="README.md",
-                        repo_id=REPO, repo_type="kernel")
+        api.upload_file(
+            path_or_fileobj=b"---\nkey: [unclosed\n---\n# x\n",
+            path_in_repo="README.md",
+            repo_id=REPO,
+            repo_type="kernel",
+        )
 
 
 def test_oversized_json_body_is_413(http, setup, unchanged):
@@ -145,8 +190,11 @@ def test_oversized_commit_body_is_413(tmp_path):
         api = HfApi(endpoint=small.url, token=token)
         api.create_repo("big/r", repo_type="kernel")
         before = repo_state(small.url, "big/r")
-        r = httpx2.post(f"{small.url}/api/kernels/big/r/commit/main", content=ndjson(HEADER, add("big.bin", os.urandom(200_000))),
-                        headers={"authorization": f"Bearer {token}"})
+        r = httpx2.post(
+            f"{small.url}/api/kernels/big/r/commit/main",
+            content=ndjson(HEADER, add("big.bin", os.urandom(200_000))),
+            headers={"authorization": f"Bearer {token}"},
+        )
         assert r.status_code == 413 and "100000" in r.json()["error"]
         assert repo_state(small.url, "big/r") == before
         assert not list((small.data_dir / "blobs" / "tmp").iterdir())

@@ -18,7 +18,9 @@ from huggingface_hub.errors import (
 def owner(hub, hub_env):
     api = HfApi(token=hub.token("err-owner"))
     api.create_repo("err-owner/repo", repo_type="kernel", exist_ok=True)
-    api.upload_file(path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="err-owner/repo", repo_type="kernel")
+    api.upload_file(
+        path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="err-owner/repo", repo_type="kernel"
+    )
     return api
 
 
@@ -46,7 +48,12 @@ def _status(fn) -> int:
 def test_writes_need_a_token_with_rights(hub, owner):
     anon = HfApi(token=False)
     other = HfApi(token=hub.token("err-other"))
-    upload = {"path_or_fileobj": b"x", "path_in_repo": "b.txt", "repo_id": "err-owner/repo", "repo_type": "kernel"}
+    upload = {
+        "path_or_fileobj": b"x",
+        "path_in_repo": "b.txt",
+        "repo_id": "err-owner/repo",
+        "repo_type": "kernel",
+    }
     assert _status(lambda: anon.create_repo("err-owner/new", repo_type="kernel")) == 401
     assert _status(lambda: anon.upload_file(**upload)) == 401
     assert _status(lambda: other.create_repo("err-owner/new", repo_type="kernel")) == 403
@@ -60,12 +67,16 @@ def test_writes_need_a_token_with_rights(hub, owner):
 def test_org_members_and_granted_namespaces_may_write(hub, hub_env):
     hub.org("err-org", members=["err-member"])
     HfApi(token=hub.token("err-member")).create_repo("err-org/by-member", repo_type="kernel")
-    HfApi(token=hub.token("err-granted", write=["err-org"])).create_repo("err-org/by-grant", repo_type="kernel")
+    HfApi(token=hub.token("err-granted", write=["err-org"])).create_repo(
+        "err-org/by-grant", repo_type="kernel"
+    )
 
 
 def test_create_existing_repo_is_409(owner):
     assert _status(lambda: owner.create_repo("err-owner/repo", repo_type="kernel")) == 409
-    assert str(owner.create_repo("err-owner/repo", repo_type="kernel", exist_ok=True)).endswith("/kernels/err-owner/repo")
+    assert str(owner.create_repo("err-owner/repo", repo_type="kernel", exist_ok=True)).endswith(
+        "/kernels/err-owner/repo"
+    )
 
 
 def test_private_repos_need_a_token_to_read(hub, owner):

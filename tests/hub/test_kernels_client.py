@@ -10,7 +10,9 @@ from huggingface_hub import HfApi
 from tests.hub.conftest import tiny_kernel_tree
 
 
-def _publish(hub, tmp_path, org: str, trusted: bool, variants=("torch-cpu", "torch-universal"), offset=1) -> str:
+def _publish(
+    hub, tmp_path, org: str, trusted: bool, variants=("torch-cpu", "torch-universal"), offset=1
+) -> str:
     hub.org(org, trusted=trusted, members=["kpub"])
     api = HfApi(endpoint=hub.url, token=hub.token("kpub"))
     repo = f"{org}/tiny"

@@ -54,8 +54,13 @@ def test_lfs_upload_with_xet_disabled_then_restart(lfs_hub, tmp_path):
     before = repo_state(lfs_hub.url, repo)
     lfs_hub.restart()
     assert repo_state(lfs_hub.url, repo) == before
-    path = hf_hub_download(repo, "big.bin", repo_type="kernel", revision=before["refs"]["tags"][0]["targetCommit"],
-                           cache_dir=tmp_path / "fresh-cache")
+    path = hf_hub_download(
+        repo,
+        "big.bin",
+        repo_type="kernel",
+        revision=before["refs"]["tags"][0]["targetCommit"],
+        cache_dir=tmp_path / "fresh-cache",
+    )
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == sha
     api.create_branch(repo, branch="v2", repo_type="kernel")  # the old token still works after restart
 
@@ -66,21 +71,34 @@ def test_lfs_upload_url_is_signed_and_bytes_are_checked(lfs_hub):
     HfApi(token=token).create_repo("lfs-user2/r", repo_type="kernel")
     data = b"z" * 2000
     oid = hashlib.sha256(data).hexdigest()
-    batch = httpx2.post(f"{lfs_hub.url}/kernels/lfs-user2/r.git/info/lfs/objects/batch", headers=auth,
-                        json={"operation": "upload", "transfers": ["basic"], "objects": [{"oid": oid, "size": 2000}]})
+    batch = httpx2.post(
+        f"{lfs_hub.url}/kernels/lfs-user2/r.git/info/lfs/objects/batch",
+        headers=auth,
+        json={"operation": "upload", "transfers": ["basic"], "objects": [{"oid": oid, "size": 2000}]},
+    )
     obj = batch.json()["objects"][0]
     href = obj["actions"]["upload"]["href"]
     assert httpx2.put(href.replace("sig=", "sig=0"), content=data).status_code == 403
     assert httpx2.put(href, content=b"y" * 2000).status_code == 422  # wrong bytes for this oid
     assert httpx2.put(href, content=data).status_code == 200
-    assert httpx2.post(obj["actions"]["verify"]["href"], headers=auth, json={"oid": oid, "size": 2000}).status_code == 200
-    again = httpx2.post(f"{lfs_hub.url}/kernels/lfs-user2/r.git/info/lfs/objects/batch", headers=auth,
-                        json={"operation": "upload", "objects": [{"oid": oid, "size": 2000}]}).json()
+    assert (
+        httpx2.post(
+            obj["actions"]["verify"]["href"], headers=auth, json={"oid": oid, "size": 2000}
+        ).status_code
+        == 200
+    )
+    again = httpx2.post(
+        f"{lfs_hub.url}/kernels/lfs-user2/r.git/info/lfs/objects/batch",
+        headers=auth,
+        json={"operation": "upload", "objects": [{"oid": oid, "size": 2000}]},
+    ).json()
     assert "actions" not in again["objects"][0]
     # another repo may not reference the object without uploading it itself
     HfApi(token=token).create_repo("lfs-user2/other", repo_type="kernel")
     line = b'{"key":"header","value":{"summary":"s"}}\n{"key":"lfsFile","value":{"path":"x","algo":"sha256","oid":"%s","size":2000}}\n'
-    r = httpx2.post(f"{lfs_hub.url}/api/kernels/lfs-user2/other/commit/main", headers=auth, content=line % oid.encode())
+    r = httpx2.post(
+        f"{lfs_hub.url}/api/kernels/lfs-user2/other/commit/main", headers=auth, content=line % oid.encode()
+    )
     assert r.status_code == 422
 
 
@@ -88,9 +106,14 @@ def test_default_hub_never_answers_lfs(hub, hub_env):
     """Default preupload is `regular`, so the default (xet) client never needs Xet here."""
     token = hub.token("mode-user")
     HfApi(token=token).create_repo("mode-user/r", repo_type="kernel")
-    r = httpx2.post(f"{hub.url}/api/kernels/mode-user/r/preupload/main", headers={"authorization": f"Bearer {token}"},
-                    json={"files": [{"path": "huge.bin", "size": 10**10, "sample": ""}]})
-    assert r.json()["files"] == [{"path": "huge.bin", "uploadMode": "regular", "shouldIgnore": False, "oid": None}]
+    r = httpx2.post(
+        f"{hub.url}/api/kernels/mode-user/r/preupload/main",
+        headers={"authorization": f"Bearer {token}"},
+        json={"files": [{"path": "huge.bin", "size": 10**10, "sample": ""}]},
+    )
+    assert r.json()["files"] == [
+        {"path": "huge.bin", "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+    ]
 
 
 def test_client_opts_into_lfs_on_a_default_hub(hub, hub_env, monkeypatch, tmp_path):
@@ -102,7 +125,11 @@ def test_client_opts_into_lfs_on_a_default_hub(hub, hub_env, monkeypatch, tmp_pa
     api.create_repo("optin-user/r", repo_type="kernel")
     data = os.urandom(BIG_SIZE)
     api.upload_file(path_or_fileobj=data, path_in_repo="big.bin", repo_id="optin-user/r", repo_type="kernel")
-    api.upload_file(path_or_fileobj=b"tiny", path_in_repo="tiny.txt", repo_id="optin-user/r", repo_type="kernel")
+    api.upload_file(
+        path_or_fileobj=b"tiny", path_in_repo="tiny.txt", repo_id="optin-user/r", repo_type="kernel"
+    )
     entries = {e.path: e for e in api.list_repo_tree("optin-user/r", repo_type="kernel")}
-    assert entries["big.bin"].lfs.sha256 == hashlib.sha256(data).hexdigest() and entries["tiny.txt"].lfs is None
+    assert (
+        entries["big.bin"].lfs.sha256 == hashlib.sha256(data).hexdigest() and entries["tiny.txt"].lfs is None
+    )
     assert Path(hf_hub_download("optin-user/r", "big.bin", repo_type="kernel")).read_bytes() == data

@@ -40,7 +40,9 @@ def published(request, hub, tmp_path_factory):
         api.create_repo(repo, repo_type="kernel", exist_ok=True)
         api.create_repo(repo, repo_type="kernel", exist_ok=True)  # 409 body carries the url
         sums = make_tree(work / "tree")
-        info = api.upload_folder(folder_path=work / "tree", repo_id=repo, repo_type="kernel", commit_message="msg")
+        info = api.upload_folder(
+            folder_path=work / "tree", repo_id=repo, repo_type="kernel", commit_message="msg"
+        )
         yield {"api": api, "repo": repo, "sums": sums, "commit": info.oid, "work": work, "user": user}
 
 
@@ -73,10 +75,14 @@ def test_delete_branch_and_tag(published):
     api.delete_branch(repo, branch="short-lived", repo_type="kernel")
     api.delete_tag(repo, tag="short-tag", repo_type="kernel")
     refs = api.list_repo_refs(repo, repo_type="kernel")
-    assert "short-lived" not in {b.name for b in refs.branches} and "short-tag" not in {t.name for t in refs.tags}
+    assert "short-lived" not in {b.name for b in refs.branches} and "short-tag" not in {
+        t.name for t in refs.tags
+    }
     with pytest.raises(RevisionNotFoundError):
         api.delete_tag(repo, tag="short-tag", repo_type="kernel")
-    assert api.repo_info(repo, repo_type="kernel", revision=commit).sha == commit  # the commit stays reachable
+    assert (
+        api.repo_info(repo, repo_type="kernel", revision=commit).sha == commit
+    )  # the commit stays reachable
 
 
 def test_tree_listing_recursive_and_not(published, hub):
@@ -143,7 +149,11 @@ def test_resolve_headers_and_range(published, hub):
 
 
 def test_snapshot_download_allow_patterns(published, tmp_path):
-    d = Path(snapshot_download(published["repo"], repo_type="kernel", allow_patterns=["data/d2/*"], cache_dir=tmp_path))
+    d = Path(
+        snapshot_download(
+            published["repo"], repo_type="kernel", allow_patterns=["data/d2/*"], cache_dir=tmp_path
+        )
+    )
     got = {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()}
     want = {p for p in published["sums"] if p.startswith("data/d2/")}
     assert got == want and want
@@ -154,9 +164,15 @@ def test_delete_file_and_folder(published):
     api, user = published["api"], published["user"]
     repo = f"{user}/deletions"
     api.create_repo(repo, repo_type="kernel", exist_ok=True)
-    api.create_commit(repo, repo_type="kernel", commit_message="add", operations=[
-        CommitOperationAdd(path_in_repo=p, path_or_fileobj=b"x") for p in ("a.txt", "dir/b.txt", "dir/c/d.txt")
-    ])
+    api.create_commit(
+        repo,
+        repo_type="kernel",
+        commit_message="add",
+        operations=[
+            CommitOperationAdd(path_in_repo=p, path_or_fileobj=b"x")
+            for p in ("a.txt", "dir/b.txt", "dir/c/d.txt")
+        ],
+    )
     api.delete_file("a.txt", repo, repo_type="kernel")
     assert set(api.list_repo_files(repo, repo_type="kernel")) == {"dir/b.txt", "dir/c/d.txt"}
     api.delete_folder("dir/c", repo, repo_type="kernel")
@@ -167,12 +183,19 @@ def test_stale_parent_commit_is_412_and_changes_nothing(published, hub):
     api, user = published["api"], published["user"]
     repo = f"{user}/stale"
     api.create_repo(repo, repo_type="kernel", exist_ok=True)
-    first = api.upload_file(path_or_fileobj=b"one", path_in_repo="f.txt", repo_id=repo, repo_type="kernel").oid
+    first = api.upload_file(
+        path_or_fileobj=b"one", path_in_repo="f.txt", repo_id=repo, repo_type="kernel"
+    ).oid
     api.upload_file(path_or_fileobj=b"two", path_in_repo="f.txt", repo_id=repo, repo_type="kernel")
     before = repo_state(hub.url, repo)
     with pytest.raises(HfHubHTTPError) as e:
-        api.create_commit(repo, repo_type="kernel", commit_message="late", parent_commit=first,
-                          operations=[CommitOperationAdd(path_in_repo="g.txt", path_or_fileobj=b"three")])
+        api.create_commit(
+            repo,
+            repo_type="kernel",
+            commit_message="late",
+            parent_commit=first,
+            operations=[CommitOperationAdd(path_in_repo="g.txt", path_or_fileobj=b"three")],
+        )
     assert e.value.response.status_code == 412
     assert repo_state(hub.url, repo) == before
 
@@ -180,4 +203,7 @@ def test_stale_parent_commit_is_412_and_changes_nothing(published, hub):
 def test_paths_info(published):
     api, repo = published["api"], published["repo"]
     infos = api.get_paths_info(repo, ["README.md", "data/d1", "absent.txt"], repo_type="kernel")
-    assert [(type(i).__name__, i.path) for i in infos] == [("RepoFile", "README.md"), ("RepoFolder", "data/d1")]
+    assert [(type(i).__name__, i.path) for i in infos] == [
+        ("RepoFile", "README.md"),
+        ("RepoFolder", "data/d1"),
+    ]

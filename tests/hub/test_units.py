@@ -22,8 +22,20 @@ def test_git_blob_sha1_matches_git():
     assert git_blob_sha1(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
 
 
-@pytest.mark.parametrize("name,ok", [("v0", True), ("v1", True), ("v12", True), ("v01", False), ("v1_0", False),
-                                     ("v1.5", False), ("vnext", True), ("main", True), ("feature/x", True)])
+@pytest.mark.parametrize(
+    "name,ok",
+    [
+        ("v0", True),
+        ("v1", True),
+        ("v12", True),
+        ("v01", False),
+        ("v1_0", False),
+        ("v1.5", False),
+        ("vnext", True),
+        ("main", True),
+        ("feature/x", True),
+    ],
+)
 def test_version_branch_rule(name, ok):
     if ok:
         assert validate.ref_name(name) == name
@@ -42,7 +54,13 @@ def test_raw_path_keeps_encoded_slashes_in_one_segment():
     assert segs == ["api", "kernels", "ns", "n", "tree", "refs/heads/v1", "build/torch-cpu"]
     pattern = ("api", "{T}", "{ns}", "{name}", "tree", "{rev}", "{path:path}")
     assert match(pattern, segs)["rev"] == "refs/heads/v1"
-    assert match(pattern, segs[:6]) == {"T": "kernels", "ns": "ns", "name": "n", "rev": "refs/heads/v1", "path": ""}
+    assert match(pattern, segs[:6]) == {
+        "T": "kernels",
+        "ns": "ns",
+        "name": "n",
+        "rev": "refs/heads/v1",
+        "path": "",
+    }
 
 
 def test_parse_range():
@@ -72,7 +90,11 @@ def test_tree_lists_direct_children_or_everything():
 def test_apply_ops_checks_deletions_and_clashes():
     m = {"a.txt": _entry("1"), "d/b.txt": _entry("2")}
     assert mf.apply_ops(m, [mf.Op("deletedFolder", "d")]) == {"a.txt": _entry("1")}
-    for bad in ([mf.Op("deletedFile", "zz")], [mf.Op("file", "a.txt/x", _entry("3"))], [mf.Op("file", "d", _entry("3"))]):
+    for bad in (
+        [mf.Op("deletedFile", "zz")],
+        [mf.Op("file", "a.txt/x", _entry("3"))],
+        [mf.Op("file", "d", _entry("3"))],
+    ):
         with pytest.raises(HubError):
             mf.apply_ops(m, bad)
     assert m == {"a.txt": _entry("1"), "d/b.txt": _entry("2")}  # the input manifest is never modified
@@ -88,8 +110,16 @@ def test_concurrent_commits_all_land_through_cas(tmp_path):
         try:
             staged = blobs.stage_bytes(f"content {i}".encode())
             op = mf.Op("file", f"f{i}.txt", mf.FileEntry(staged.sha256, staged.size, staged.sha1, False))
-            store.commit(repo, "main", [op], title=f"c{i}", message="", author="u", parent_prefix=None,
-                         before_write=lambda: blobs.promote(staged))
+            store.commit(
+                repo,
+                "main",
+                [op],
+                title=f"c{i}",
+                message="",
+                author="u",
+                parent_prefix=None,
+                before_write=lambda: blobs.promote(staged),
+            )
         except Exception as e:  # noqa: BLE001 - collected and asserted below
             errors.append(e)
 

@@ -19,11 +19,21 @@ def archs(*entries: str) -> list[dict]:
 
 
 def cuda_meta(*entries: str) -> dict:
-    return {"name": "fused-mlp", "backend": {"type": "cuda"}, "archs": archs(*entries), "torch_stable_abi": "2.11"}
+    return {
+        "name": "fused-mlp",
+        "backend": {"type": "cuda"},
+        "archs": archs(*entries),
+        "torch_stable_abi": "2.11",
+    }
 
 
 def triton_meta(*entries: str, triton: tuple[str, ...] = ("3.6.0",)) -> dict:
-    return {"name": "fused-mlp", "backend": {"type": "cuda"}, "archs": archs(*entries), "triton": list(triton)}
+    return {
+        "name": "fused-mlp",
+        "backend": {"type": "cuda"},
+        "archs": archs(*entries),
+        "triton": list(triton),
+    }
 
 
 CPU_META = {"name": "fused-mlp", "backend": {"type": "cpu"}}
@@ -53,11 +63,34 @@ def fixture_make_record():
     from registry.matrix.records import CheckRecord
     from registry.resolve import Env
 
-    def make(commit: str, *, gpu_arch: str | None = "sm_90", torch: str = "2.11.0", cuda: str | None = "13.0",
-             python: str = "3.12", cpu: str = "x86_64", variant: str | None = STABLE, passed: bool = True,
-             source: str = "hub", reason: str | None = None, detail: str = "passed: 60/60 comparisons") -> CheckRecord:
+    def make(
+        commit: str,
+        *,
+        gpu_arch: str | None = "sm_90",
+        torch: str = "2.11.0",
+        cuda: str | None = "13.0",
+        python: str = "3.12",
+        cpu: str = "x86_64",
+        variant: str | None = STABLE,
+        passed: bool = True,
+        source: str = "hub",
+        reason: str | None = None,
+        detail: str = "passed: 60/60 comparisons",
+    ) -> CheckRecord:
         env = Env("linux", cpu, python, torch, cuda, gpu_arch, "3.6.0", True, cuda)
-        return CheckRecord(env, "org/fused-mlp", 1, commit, variant, source, reason, passed,
-                           {"linear/torch.float16/forward": 1.2e-3}, detail, "2026-12-02T17:00:00+00:00", 4.2)
+        return CheckRecord(
+            env,
+            "org/fused-mlp",
+            1,
+            commit,
+            variant,
+            source,
+            reason,
+            passed,
+            {"linear/torch.float16/forward": 1.2e-3},
+            detail,
+            "2026-12-02T17:00:00+00:00",
+            4.2,
+        )
 
     return make

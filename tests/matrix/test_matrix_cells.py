@@ -12,13 +12,16 @@ COMMIT = "c" * 40
 STABLE = "torch-stable-abi211-cu130-x86_64-linux"
 
 
-def env(gpu_arch: str, torch: str = "2.11", cuda: str = "13.0", python: str = "3.12", cpu: str = "x86_64") -> MatrixEnv:
+def env(
+    gpu_arch: str, torch: str = "2.11", cuda: str = "13.0", python: str = "3.12", cpu: str = "x86_64"
+) -> MatrixEnv:
     return MatrixEnv(gpu_arch, torch, cuda, python, cpu, "linux")
 
 
 def matrix(variants, records=()):
-    return build_matrix(load_config(), repo="org/fused-mlp", version=1, commit=COMMIT, variants=variants,
-                        records=records)
+    return build_matrix(
+        load_config(), repo="org/fused-mlp", version=1, commit=COMMIT, variants=variants, records=records
+    )
 
 
 def cell(m, **kw):
@@ -52,7 +55,9 @@ def test_problems_name_every_environment_without_a_kernel(no_sm80_version):
     problems = m.problems()
     fallbacks = [c for c in m.cells if c.chosen is None]
     assert len(problems) == len(fallbacks) > 0
-    assert any(p.startswith("sm_80 torch 2.11 CUDA 13.0 Python 3.12 x86_64-linux: no variant fits") for p in problems)
+    assert any(
+        p.startswith("sm_80 torch 2.11 CUDA 13.0 Python 3.12 x86_64-linux: no variant fits") for p in problems
+    )
 
 
 def test_full_version_picks_stable_abi_on_x86_cu130_and_triton_elsewhere(full_version):
@@ -78,7 +83,10 @@ def test_cells_follow_the_loaders_resolution_not_a_copy(full_version):
 def test_excluded_environments_are_not_promised(full_version):
     m = matrix(full_version)
     assert not [c for c in m.cells if c.env.gpu_arch in ("sm_100", "sm_120") and c.env.cuda == "12.6"]
-    assert load_config().excluded_by(env("sm_120", cuda="12.6")) == "Blackwell (cc 10.0 / 12.0) needs CUDA >= 12.8"
+    assert (
+        load_config().excluded_by(env("sm_120", cuda="12.6"))
+        == "Blackwell (cc 10.0 / 12.0) needs CUDA >= 12.8"
+    )
 
 
 def test_a_passing_check_verifies_its_cell_and_only_its_commit(full_version, make_record):
@@ -99,16 +107,33 @@ def test_a_runtime_fallback_where_a_kernel_should_run_breaks_the_promise(full_ve
     r = make_record(COMMIT, variant=None, source="fallback-compile", reason="import failed: undefined symbol")
     m = matrix(full_version, [r])
     assert cell(m, gpu_arch="sm_90").status == FAILED
-    assert any("fallback-compile (import failed: undefined symbol), expected " + STABLE in p for p in m.problems())
+    assert any(
+        "fallback-compile (import failed: undefined symbol), expected " + STABLE in p for p in m.problems()
+    )
 
 
 def test_cpu_machine_checks_are_listed_outside_the_promise(full_version, make_record):
-    ok = make_record(COMMIT, gpu_arch=None, cuda=None, torch="2.13.0", python="3.11", variant=None,
-                     source="fallback-compile", reason="no CUDA device")
+    ok = make_record(
+        COMMIT,
+        gpu_arch=None,
+        cuda=None,
+        torch="2.13.0",
+        python="3.11",
+        variant=None,
+        source="fallback-compile",
+        reason="no CUDA device",
+    )
     m = matrix(full_version, [ok])
     assert m.other_checks == (ok,) and m.problems() == []
-    bad = make_record(COMMIT, gpu_arch=None, cuda=None, variant=None, source="fallback-compile", passed=False,
-                      detail="FAILED: nan")
+    bad = make_record(
+        COMMIT,
+        gpu_arch=None,
+        cuda=None,
+        variant=None,
+        source="fallback-compile",
+        passed=False,
+        detail="FAILED: nan",
+    )
     assert matrix(full_version, [bad]).problems() == [f"{bad.fingerprint}: check failed: FAILED: nan"]
 
 

@@ -26,15 +26,33 @@ def published(hub, tmp_path_factory):
     token = hub.token("mx-tests", write=[ORG])
     hub.org(ORG, trusted=True, members=("mx-tests",))
     work = tmp_path_factory.mktemp("mx")
-    build(ROOT / "kernel_src" / "fused_mlp", work / "dist", ROOT / "build" / "matrix.toml", aot=False,
-          only=VARIANTS, log=lambda *a: None)
-    result = publish(f"{ORG}/fused-mlp", work / "dist", 1, endpoint=hub.url, token=token,
-                     key_path=work / "publisher.pem", log=lambda *a: None)
+    build(
+        ROOT / "kernel_src" / "fused_mlp",
+        work / "dist",
+        ROOT / "build" / "matrix.toml",
+        aot=False,
+        only=VARIANTS,
+        log=lambda *a: None,
+    )
+    result = publish(
+        f"{ORG}/fused-mlp",
+        work / "dist",
+        1,
+        endpoint=hub.url,
+        token=token,
+        key_path=work / "publisher.pem",
+        log=lambda *a: None,
+    )
     return f"{ORG}/fused-mlp", result.commit, token, work
 
 
 def cli(hub, token, home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "KERNELS_CACHE": str(home / "k")}
+    env = {
+        **os.environ,
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "KERNELS_CACHE": str(home / "k"),
+    }
     env.pop("HF_HUB_DISABLE_TELEMETRY", None)
     cmd = [sys.executable, "-m", "registry.cli", "matrix", *args, "--endpoint", hub.url, "--token", token]
     return subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -73,6 +91,17 @@ def test_check_on_the_gpu_records_a_passing_cell_for_the_chosen_variant(hub, pub
     assert checked, f"this GPU ({env}) is not a promised environment; other checks: {data['other_checks']}"
     [cell] = checked
     [rec] = cell["checks"]
-    assert rec["passed"] and rec["variant"] == cell["variant"] and cell["status"] == "verified", r.stderr[-3000:]
-    print(json.dumps({"cell": cell["label"], "env": rec["env"], "max_error": rec["max_error"],
-                      "duration_s": rec["duration_s"]}, indent=1))
+    assert rec["passed"] and rec["variant"] == cell["variant"] and cell["status"] == "verified", r.stderr[
+        -3000:
+    ]
+    print(
+        json.dumps(
+            {
+                "cell": cell["label"],
+                "env": rec["env"],
+                "max_error": rec["max_error"],
+                "duration_s": rec["duration_s"],
+            },
+            indent=1,
+        )
+    )

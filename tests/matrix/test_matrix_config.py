@@ -53,9 +53,17 @@ def test_malformed_matrix_files_say_what_is_wrong(mutate, message):
 
 
 def test_exclude_needs_every_listed_axis_to_match():
-    data = {"environments": {"gpu_arch": ["sm_80", "sm_120"], "torch": ["2.11"], "cuda": ["12.6", "13.0"],
-                             "python": ["3.12"], "cpu": ["x86_64"], "os": ["linux"],
-                             "exclude": [{"gpu_arch": ["sm_120"], "cuda": ["12.6"], "reason": "too old"}]}}
+    data = {
+        "environments": {
+            "gpu_arch": ["sm_80", "sm_120"],
+            "torch": ["2.11"],
+            "cuda": ["12.6", "13.0"],
+            "python": ["3.12"],
+            "cpu": ["x86_64"],
+            "os": ["linux"],
+            "exclude": [{"gpu_arch": ["sm_120"], "cuda": ["12.6"], "reason": "too old"}],
+        }
+    }
     envs = parse_config(data).environments()
     assert [(e.gpu_arch, e.cuda) for e in envs] == [("sm_120", "13.0"), ("sm_80", "12.6"), ("sm_80", "13.0")]
 

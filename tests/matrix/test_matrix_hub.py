@@ -42,7 +42,11 @@ def api(hub, token, hub_env):
 
 
 def cli(hub, token, tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HOME": str(tmp_path / "cli-home"), "HF_HUB_CACHE": str(tmp_path / "cli-home" / "hub")}
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "cli-home"),
+        "HF_HUB_CACHE": str(tmp_path / "cli-home" / "hub"),
+    }
     env.pop("HF_HUB_DISABLE_TELEMETRY", None)
     cmd = [sys.executable, "-m", "registry.cli", "matrix", *args, "--endpoint", hub.url, "--token", token]
     return subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -54,11 +58,15 @@ def test_matrix_of_a_version_missing_sm80(hub, token, api, tmp_path, no_sm80_ver
     r = cli(hub, token, tmp_path, repo, "--version", "1", "--format", "json")
     assert r.returncode == 1, r.stderr  # sm_80 is promised and gets no kernel: a broken promise
     data = json.loads(r.stdout)
-    cells = {(c["env"]["gpu_arch"], c["env"]["torch"], c["env"]["cuda"], c["env"]["python"], c["env"]["cpu"]): c
-             for c in data["cells"]}
+    cells = {
+        (c["env"]["gpu_arch"], c["env"]["torch"], c["env"]["cuda"], c["env"]["python"], c["env"]["cpu"]): c
+        for c in data["cells"]
+    }
     sm80 = cells[("sm_80", "2.11", "13.0", "3.12", "x86_64")]
     assert sm80["variant"] is None and sm80["status"] == "fallback"
-    assert sm80["label"].startswith("fallback: torch.compile — no variant for sm_80: " + STABLE + ": no code for sm_80")
+    assert sm80["label"].startswith(
+        "fallback: torch.compile — no variant for sm_80: " + STABLE + ": no code for sm_80"
+    )
     assert cells[("sm_86", "2.11", "13.0", "3.12", "x86_64")]["label"] == f"{STABLE} (PTX sm_86)"
     assert cells[("sm_90", "2.13", "13.0", "3.10", "x86_64")]["label"] == f"{STABLE} (SASS sm_90a)"
     assert "sm_80 torch 2.11 CUDA 13.0 Python 3.12 x86_64-linux: no variant fits" in r.stderr
@@ -80,7 +88,9 @@ def test_unknown_version_is_a_usage_error_that_lists_versions(hub, token, api, t
     assert r.returncode == 2 and "has no version 7 (branch v7); versions: v1" in r.stderr
 
 
-def test_records_on_the_compat_branch_show_in_the_next_render(hub, token, api, tmp_path, full_version, make_record):
+def test_records_on_the_compat_branch_show_in_the_next_render(
+    hub, token, api, tmp_path, full_version, make_record
+):
     from registry.matrix.store import check_records, write_record
 
     repo = f"{USER}/recorded"
@@ -90,10 +100,14 @@ def test_records_on_the_compat_branch_show_in_the_next_render(hub, token, api, t
     bad = make_record(commit, python="3.13", passed=False, detail="FAILED: gated_mlp bf16 error 4.0e-01")
     write_record(api, repo, good)
     write_record(api, repo, bad)
-    assert sorted(r.fingerprint for r in check_records(api, repo, commit)) == sorted([good.fingerprint, bad.fingerprint])
+    assert sorted(r.fingerprint for r in check_records(api, repo, commit)) == sorted(
+        [good.fingerprint, bad.fingerprint]
+    )
     files = api.list_repo_files(repo, repo_type="kernel", revision="compat")
     assert f"checks/{commit}/{good.fingerprint}.json" in files
-    assert not [f for f in api.list_repo_files(repo, repo_type="kernel", revision="v1") if f.startswith("checks/")]
+    assert not [
+        f for f in api.list_repo_files(repo, repo_type="kernel", revision="v1") if f.startswith("checks/")
+    ]
 
     r = cli(hub, token, tmp_path, repo, "--version", "1")
     assert r.returncode == 1  # the failed check breaks the promise
@@ -107,14 +121,18 @@ def test_records_on_the_compat_branch_show_in_the_next_render(hub, token, api, t
     assert f"| ✅ {STABLE} (SASS sm_90a) |" in r.stdout
 
 
-def test_without_version_every_version_is_rendered_and_html_is_a_page(hub, token, api, tmp_path, full_version,
-                                                                      no_sm80_version):
+def test_without_version_every_version_is_rendered_and_html_is_a_page(
+    hub, token, api, tmp_path, full_version, no_sm80_version
+):
     repo = f"{USER}/two-versions"
     publish_metadata(api, repo, 1, no_sm80_version, tmp_path / "a")
     publish_metadata(api, repo, 2, full_version, tmp_path / "b")
     r = cli(hub, token, tmp_path, repo)
     assert r.returncode == 1  # v1 still breaks the promise for sm_80
-    assert f"### Compatibility matrix: {repo} v1" in r.stdout and f"### Compatibility matrix: {repo} v2" in r.stdout
+    assert (
+        f"### Compatibility matrix: {repo} v1" in r.stdout
+        and f"### Compatibility matrix: {repo} v2" in r.stdout
+    )
     out = tmp_path / "matrix.html"
     r = cli(hub, token, tmp_path, repo, "--version", "2", "--format", "html", "--output", str(out))
     assert r.returncode == 0 and r.stdout == ""

@@ -23,7 +23,9 @@ def browser() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("no headless Chromium: run `make chromium` (apt-get install chromium) to render the matrix page")
+    pytest.skip(
+        "no headless Chromium: run `make chromium` (apt-get install chromium) to render the matrix page"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +44,17 @@ def page_repo(hub, tmp_path_factory):
 
     versions = {
         1: {stable: {"backend": {"type": "cuda"}, "archs": arch("sm_86", "sm_89", "sm_90a", ptx=("sm_86",))}},
-        2: {"torch-cuda": {"backend": {"type": "cuda"}, "archs": arch("sm_80", "sm_89", "sm_90a"), "triton": ["3.6.0"]},
-            stable: {"backend": {"type": "cuda"}, "archs": arch("sm_80", "sm_89", "sm_90a", "sm_120", ptx=("sm_120",))}},
+        2: {
+            "torch-cuda": {
+                "backend": {"type": "cuda"},
+                "archs": arch("sm_80", "sm_89", "sm_90a"),
+                "triton": ["3.6.0"],
+            },
+            stable: {
+                "backend": {"type": "cuda"},
+                "archs": arch("sm_80", "sm_89", "sm_90a", "sm_120", ptx=("sm_120",)),
+            },
+        },
     }
     api = HfApi(endpoint=hub.url, token=hub.token(USER))
     repo = f"{USER}/fused-mlp"
@@ -55,12 +66,28 @@ def page_repo(hub, tmp_path_factory):
             (work / f"v{n}" / "build" / name).mkdir(parents=True)
             (work / f"v{n}" / "build" / name / "metadata.json").write_text(json.dumps(meta))
         api.create_branch(repo, branch=f"v{n}", repo_type="kernel")
-        commits[n] = api.upload_folder(repo_id=repo, folder_path=work / f"v{n}", repo_type="kernel",
-                                       revision=f"v{n}").oid
+        commits[n] = api.upload_folder(
+            repo_id=repo, folder_path=work / f"v{n}", repo_type="kernel", revision=f"v{n}"
+        ).oid
     env = Env("linux", "x86_64", "3.12", "2.11.0", "13.0", "sm_90", "3.6.0", True, "13.0")
-    write_record(api, repo, CheckRecord(env, repo, 2, commits[2], stable, "hub", None, True,
-                                        {"mlp/float16/forward": 9.7e-4}, "passed: 60/60", "2026-12-02T17:00:00+00:00",
-                                        3.1))
+    write_record(
+        api,
+        repo,
+        CheckRecord(
+            env,
+            repo,
+            2,
+            commits[2],
+            stable,
+            "hub",
+            None,
+            True,
+            {"mlp/float16/forward": 9.7e-4},
+            "passed: 60/60",
+            "2026-12-02T17:00:00+00:00",
+            3.1,
+        ),
+    )
     return repo, commits
 
 
@@ -84,15 +111,15 @@ def png_distinct_rows(data: bytes) -> int:
     """How many different pixel rows the image has (a blank page has 1): decompress the IDAT stream."""
     pos, idat = 8, b""
     while pos < len(data):
-        length = struct.unpack(">I", data[pos:pos + 4])[0]
-        kind = data[pos + 4:pos + 8]
+        length = struct.unpack(">I", data[pos : pos + 4])[0]
+        kind = data[pos + 4 : pos + 8]
         if kind == b"IDAT":
-            idat += data[pos + 8:pos + 8 + length]
+            idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
     raw = zlib.decompress(idat)
     _, height = png_size(data)
     stride = len(raw) // height
-    return len({raw[i * stride + 1:(i + 1) * stride] for i in range(height)})
+    return len({raw[i * stride + 1 : (i + 1) * stride] for i in range(height)})
 
 
 def test_matrix_page_renders_in_headless_chromium(hub, page_repo, tmp_path):
@@ -100,10 +127,21 @@ def test_matrix_page_renders_in_headless_chromium(hub, page_repo, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "matrix-page.png"
     shot.unlink(missing_ok=True)
-    cmd = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,1000",
-           f"{hub.url}/kernels/{repo}"]
+    cmd = [
+        browser(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--window-size=1400,1000",
+        f"{hub.url}/kernels/{repo}",
+    ]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     data = shot.read_bytes()

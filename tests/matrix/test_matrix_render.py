@@ -15,8 +15,9 @@ STABLE = "torch-stable-abi211-cu130-x86_64-linux"
 
 
 def matrix(variants, records=()):
-    return build_matrix(load_config(), repo="org/fused-mlp", version=3, commit=COMMIT, variants=variants,
-                        records=records)
+    return build_matrix(
+        load_config(), repo="org/fused-mlp", version=3, commit=COMMIT, variants=variants, records=records
+    )
 
 
 def test_markdown_rows_collapse_python_and_equal_torch_minors(full_version):
@@ -46,7 +47,9 @@ def test_rows_with_recorded_checks_are_never_merged_and_show_the_check(full_vers
 def test_cells_that_differ_by_python_say_which_python(full_version, make_record):
     m = matrix(full_version, [make_record(COMMIT, python="3.13", passed=False, detail="boom")])
     _, rows = table(m)
-    text, status, notes = next(r for r in rows if (r.gpu_arch, r.cuda, r.torch) == ("sm_90", "13.0", "2.11")).cells[1]
+    text, status, notes = next(
+        r for r in rows if (r.gpu_arch, r.cuda, r.torch) == ("sm_90", "13.0", "2.11")
+    ).cells[1]
     assert status == "failed" and notes and text == f"{STABLE} (SASS sm_90a)"
 
 
@@ -59,10 +62,13 @@ def test_json_keeps_every_environment(full_version):
 
 
 def test_html_is_escaped_and_embeddable(no_sm80_version, make_record):
-    r = make_record(COMMIT, gpu_arch=None, cuda=None, variant=None, source="fallback-compile",
-                    reason="<no CUDA device>")
+    r = make_record(
+        COMMIT, gpu_arch=None, cuda=None, variant=None, source="fallback-compile", reason="<no CUDA device>"
+    )
     fragment = render_html(matrix(no_sm80_version, [r]))
-    assert fragment.startswith('<section class="kh-matrix" id="matrix-v3">') and fragment.endswith("</section>")
+    assert fragment.startswith('<section class="kh-matrix" id="matrix-v3">') and fragment.endswith(
+        "</section>"
+    )
     assert "&lt;no CUDA device&gt;" in fragment and "<no CUDA" not in fragment
     assert 'class="fallback"' in fragment
     page = render_html_page([matrix(no_sm80_version)], "org/fused-mlp")

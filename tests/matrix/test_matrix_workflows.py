@@ -19,17 +19,31 @@ BIN = Path(sys.executable).parent
 def tool(name: str) -> str:
     path = BIN / name
     if not path.exists():
-        pytest.fail(f"{name} is not installed next to {sys.executable}: run `make venv` (requirements/cpu.txt pins it)")
+        pytest.fail(
+            f"{name} is not installed next to {sys.executable}: run `make venv` (requirements/cpu.txt pins it)"
+        )
     return str(path)
 
 
 def run(*cmd: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        cmd,
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_the_four_workflows_exist():
-    assert sorted(p.name for p in WORKFLOWS.glob("*.yml")) == ["build.yml", "ci.yml", "compat.yml", "publish.yml"]
+    assert sorted(p.name for p in WORKFLOWS.glob("*.yml")) == [
+        "build.yml",
+        "ci.yml",
+        "compat.yml",
+        "publish.yml",
+    ]
 
 
 def test_actionlint_passes():
@@ -45,8 +59,14 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
         "on: push\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n"
         "      - run: echo ${{ needs.nope.outputs.x }}\n"
     )
-    r = subprocess.run([tool("actionlint"), "-color=false", str(bad / "bad.yml")], check=False,
-                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    r = subprocess.run(
+        [tool("actionlint"), "-color=false", str(bad / "bad.yml")],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert r.returncode != 0 and "needs" in r.stdout
 
 
@@ -60,7 +80,7 @@ def test_zizmor_catches_template_injection(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text(
         "on: pull_request_target\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n"
-        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
     )
     r = run(tool("zizmor"), "--offline", "--no-progress", "--format", "plain", str(bad))
     assert r.returncode != 0 and "template-injection" in r.stdout
@@ -77,15 +97,22 @@ def test_workflows_run_only_the_project_cli_and_pinned_tools():
     text = "\n".join(p.read_text() for p in WORKFLOWS.glob("*.yml"))
     assert "bash .ci/run" in text
     assert ".venv/bin/kernel-hub build" in text and ".venv/bin/kernel-hub publish" in text
-    assert "kernel-hub matrix \"$REPO\" --version \"$VERSION\" --check" in text
+    assert 'kernel-hub matrix "$REPO" --version "$VERSION" --check' in text
     assert "kernel-hub matrix-plan build" in text and "kernel-hub matrix-plan compat" in text
     assert "persist-credentials: false" in text and "python -c" not in text
 
 
 def test_cibuildwheel_lists_the_intended_builds():
     """One abi3 wheel per CPU (cp310 tag serves every Python >= 3.10), manylinux only, no musl/PyPy."""
-    cmd = (tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux",
-           "--config-file", "build/cibuildwheel/cibuildwheel.toml", "build/cuda")
+    cmd = (
+        tool("cibuildwheel"),
+        "--print-build-identifiers",
+        "--platform",
+        "linux",
+        "--config-file",
+        "build/cibuildwheel/cibuildwheel.toml",
+        "build/cuda",
+    )
     for arch, expected in (("x86_64", "cp310-manylinux_x86_64"), ("aarch64", "cp310-manylinux_aarch64")):
         r = run(*cmd, env={"CIBW_ARCHS_LINUX": arch})
         assert r.returncode == 0, r.stderr

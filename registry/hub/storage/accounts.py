@@ -44,7 +44,9 @@ class Accounts:
         with db.write_tx(self.engine) as c:
             c.execute(
                 insert(db.tokens).values(
-                    hash=token_hash(token), user=user, write_namespaces=json.dumps(sorted(set(write))),
+                    hash=token_hash(token),
+                    user=user,
+                    write_namespaces=json.dumps(sorted(set(write))),
                     created_at=time.time(),
                 )
             )
@@ -56,12 +58,18 @@ class Accounts:
             row = c.execute(select(db.tokens).where(db.tokens.c.hash == token_hash(token))).first()
             if not row:
                 return None
-            orgs = c.execute(select(db.org_members.c.org).where(db.org_members.c.user == row.user)).scalars().all()
+            orgs = (
+                c.execute(select(db.org_members.c.org).where(db.org_members.c.user == row.user))
+                .scalars()
+                .all()
+            )
         return Principal(row.user, frozenset(json.loads(row.write_namespaces)) | frozenset(orgs))
 
     def user_orgs(self, user: str) -> list[str]:
         with db.read_tx(self.engine) as c:
-            return list(c.execute(select(db.org_members.c.org).where(db.org_members.c.user == user)).scalars())
+            return list(
+                c.execute(select(db.org_members.c.org).where(db.org_members.c.user == user)).scalars()
+            )
 
     # --- orgs ------------------------------------------------------------------------------------
     def create_org(self, name: str, trusted: bool, members: list[str]) -> None:
@@ -81,7 +89,9 @@ class Accounts:
             row = c.execute(select(db.orgs).where(db.orgs.c.name == name)).first()
             if not row:
                 return None
-            members = c.execute(select(db.org_members.c.user).where(db.org_members.c.org == name)).scalars().all()
+            members = (
+                c.execute(select(db.org_members.c.user).where(db.org_members.c.org == name)).scalars().all()
+            )
         return {"name": row.name, "trusted": bool(row.trusted), "members": sorted(members)}
 
     # --- publisher keys ----------------------------------------------------------------------------
@@ -102,7 +112,9 @@ class Accounts:
             with db.write_tx(self.engine) as c:
                 c.execute(
                     insert(db.keys).values(
-                        namespace=namespace, key_id=key_id, public_key=base64.b64encode(raw).decode(),
+                        namespace=namespace,
+                        key_id=key_id,
+                        public_key=base64.b64encode(raw).decode(),
                         created_at=time.time(),
                     )
                 )

@@ -90,13 +90,20 @@ class RepoStore:
                 cid = _commit_id(rid, None, {}, "initial commit", "", author, now)
                 c.execute(
                     insert(db.commits).values(
-                        repo_id=rid, id=cid, parent=None, title="initial commit", message="",
-                        author=author, created_at=now,
+                        repo_id=rid,
+                        id=cid,
+                        parent=None,
+                        title="initial commit",
+                        message="",
+                        author=author,
+                        created_at=now,
                     )
                 )
                 c.execute(insert(db.refs).values(repo_id=rid, kind="branch", name="main", commit_id=cid))
         except IntegrityError:
-            raise HubError("RepoExists", f"You already created this {type_} repo: {namespace}/{name}") from None
+            raise HubError(
+                "RepoExists", f"You already created this {type_} repo: {namespace}/{name}"
+            ) from None
         return Repo(rid, type_, namespace, name, private, now)
 
     def delete(self, repo: Repo) -> None:
@@ -129,26 +136,38 @@ class RepoStore:
                 return cid
         if HEX_PREFIX.match(rev or ""):
             with db.read_tx(self.engine) as c:
-                found = c.execute(
-                    select(db.commits.c.id)
-                    .where(db.commits.c.repo_id == repo.id, db.commits.c.id.startswith(rev, autoescape=True))
-                    .limit(2)
-                ).scalars().all()
+                found = (
+                    c.execute(
+                        select(db.commits.c.id)
+                        .where(
+                            db.commits.c.repo_id == repo.id, db.commits.c.id.startswith(rev, autoescape=True)
+                        )
+                        .limit(2)
+                    )
+                    .scalars()
+                    .all()
+                )
             if len(found) == 1:
                 return found[0]
-        raise HubError("RevisionNotFound", f"Invalid rev id: {rev!r} is not a branch, tag or commit of {repo.repo_id}")
+        raise HubError(
+            "RevisionNotFound", f"Invalid rev id: {rev!r} is not a branch, tag or commit of {repo.repo_id}"
+        )
 
     def create_ref(self, repo: Repo, kind: str, name: str, commit_id: str) -> None:
         try:
             with db.write_tx(self.engine) as c:
                 c.execute(insert(db.refs).values(repo_id=repo.id, kind=kind, name=name, commit_id=commit_id))
         except IntegrityError:
-            raise HubError("RefExists", f"Reference already exists: {kind} {name!r} in {repo.repo_id}") from None
+            raise HubError(
+                "RefExists", f"Reference already exists: {kind} {name!r} in {repo.repo_id}"
+            ) from None
 
     def delete_ref(self, repo: Repo, kind: str, name: str) -> None:
         with db.write_tx(self.engine) as c:
             n = c.execute(
-                delete(db.refs).where(db.refs.c.repo_id == repo.id, db.refs.c.kind == kind, db.refs.c.name == name)
+                delete(db.refs).where(
+                    db.refs.c.repo_id == repo.id, db.refs.c.kind == kind, db.refs.c.name == name
+                )
             ).rowcount
         if n != 1:
             raise HubError("RevisionNotFound", f"{kind} {name!r} does not exist in {repo.repo_id}")
@@ -161,14 +180,18 @@ class RepoStore:
             if old is None:
                 try:
                     with c.begin_nested():
-                        c.execute(insert(db.refs).values(repo_id=repo.id, kind=kind, name=name, commit_id=new))
+                        c.execute(
+                            insert(db.refs).values(repo_id=repo.id, kind=kind, name=name, commit_id=new)
+                        )
                 except IntegrityError:
                     moved = True
             else:
                 n = c.execute(
                     update(db.refs)
                     .where(
-                        db.refs.c.repo_id == repo.id, db.refs.c.kind == kind, db.refs.c.name == name,
+                        db.refs.c.repo_id == repo.id,
+                        db.refs.c.kind == kind,
+                        db.refs.c.name == name,
                         db.refs.c.commit_id == old,
                     )
                     .values(commit_id=new)
@@ -243,7 +266,10 @@ class RepoStore:
         for _ in range(self.MAX_COMMIT_ATTEMPTS):
             head = self.ref(repo, "branch", branch)
             if head is None:
-                raise HubError("RevisionNotFound", f"branch {branch!r} does not exist in {repo.repo_id}; commits go to a branch")
+                raise HubError(
+                    "RevisionNotFound",
+                    f"branch {branch!r} does not exist in {repo.repo_id}; commits go to a branch",
+                )
             if parent_prefix and not head.startswith(parent_prefix):
                 raise _stale(parent_prefix, head)
             new_manifest = apply_ops(self.manifest(repo, head), ops)
@@ -255,27 +281,44 @@ class RepoStore:
             now = time.time()
             cid = _commit_id(repo.id, head, new_manifest, title, message, author, now)
             with db.write_tx(self.engine) as c:
-                moved = c.execute(
-                    update(db.refs)
-                    .where(
-                        db.refs.c.repo_id == repo.id, db.refs.c.kind == "branch", db.refs.c.name == branch,
-                        db.refs.c.commit_id == head,
-                    )
-                    .values(commit_id=cid)
-                ).rowcount != 1
+                moved = (
+                    c.execute(
+                        update(db.refs)
+                        .where(
+                            db.refs.c.repo_id == repo.id,
+                            db.refs.c.kind == "branch",
+                            db.refs.c.name == branch,
+                            db.refs.c.commit_id == head,
+                        )
+                        .values(commit_id=cid)
+                    ).rowcount
+                    != 1
+                )
                 if not moved:
                     c.execute(
                         insert(db.commits).values(
-                            repo_id=repo.id, id=cid, parent=head, title=title, message=message,
-                            author=author, created_at=now,
+                            repo_id=repo.id,
+                            id=cid,
+                            parent=head,
+                            title=title,
+                            message=message,
+                            author=author,
+                            created_at=now,
                         )
                     )
                     if new_manifest:
                         c.execute(
                             insert(db.files),
                             [
-                                {"repo_id": repo.id, "commit_id": cid, "path": p, "sha256": e.sha256,
-                                 "size": e.size, "oid": e.oid, "lfs": e.lfs}
+                                {
+                                    "repo_id": repo.id,
+                                    "commit_id": cid,
+                                    "path": p,
+                                    "sha256": e.sha256,
+                                    "size": e.size,
+                                    "oid": e.oid,
+                                    "lfs": e.lfs,
+                                }
                                 for p, e in new_manifest.items()
                             ],
                         )
@@ -285,14 +328,18 @@ class RepoStore:
                 return cid
             if parent_prefix:
                 raise _stale(parent_prefix, self.ref(repo, "branch", branch) or "nothing")
-        raise HubError("RefMoved", f"branch {branch!r} kept moving during {self.MAX_COMMIT_ATTEMPTS} attempts; retry")
+        raise HubError(
+            "RefMoved", f"branch {branch!r} kept moving during {self.MAX_COMMIT_ATTEMPTS} attempts; retry"
+        )
 
     # --- LFS grants ------------------------------------------------------------------------------
     def lfs_size(self, repo: Repo, oid: str) -> int | None:
         """The size of an LFS object this repo may reference, or None."""
         with db.read_tx(self.engine) as c:
             return c.execute(
-                select(db.lfs_objects.c.size).where(db.lfs_objects.c.repo_id == repo.id, db.lfs_objects.c.oid == oid)
+                select(db.lfs_objects.c.size).where(
+                    db.lfs_objects.c.repo_id == repo.id, db.lfs_objects.c.oid == oid
+                )
             ).scalar()
 
     def grant_lfs(self, repo: Repo, oid: str, size: int) -> None:
@@ -316,9 +363,9 @@ class RepoStore:
 
 def _ref_candidates(rev: str) -> list[tuple[str, str]]:
     if rev.startswith("refs/heads/"):
-        return [("branch", rev[len("refs/heads/"):])]
+        return [("branch", rev[len("refs/heads/") :])]
     if rev.startswith("refs/tags/"):
-        return [("tag", rev[len("refs/tags/"):])]
+        return [("tag", rev[len("refs/tags/") :])]
     if HEX40.match(rev):
         return []
     return [("branch", rev), ("tag", rev)]
@@ -333,8 +380,15 @@ def _stale(prefix: str, head: str) -> HubError:
     )
 
 
-def _commit_id(repo_id: int, parent: str | None, manifest: Manifest, title: str, message: str,
-               author: str, created_at: float) -> str:
+def _commit_id(
+    repo_id: int,
+    parent: str | None,
+    manifest: Manifest,
+    title: str,
+    message: str,
+    author: str,
+    created_at: float,
+) -> str:
     doc = {
         "repo": repo_id,
         "parent": parent,
