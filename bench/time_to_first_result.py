@@ -121,10 +121,10 @@ def main() -> int:
     import torch
     import triton
 
-    from registry.build import build
+    from registry.client.resolve import current_env
     from registry.commands.demo import embedded_hub, hub_admin
-    from registry.publish import publish
-    from registry.resolve import current_env
+    from registry.publisher.build import build
+    from registry.publisher.publish import publish
 
     env_info = current_env()
     if env_info.gpu_arch is None:
@@ -139,7 +139,6 @@ def main() -> int:
         dist,
         device_matrix(work, aot_arch),
         only=VARIANTS,
-        log=lambda *a: None,
     )
     print(
         f"build ({aot_arch} cubins): {time.time() - t:.1f} s; "
@@ -149,9 +148,7 @@ def main() -> int:
     with embedded_hub(work / "hub", work / "serve.log") as url:
         token = hub_admin("token", "create", "--user", "bench", "--write", "org", "--data", str(work / "hub"))
         hub_admin("org", "create", "org", "--trusted", "--member", "bench", "--data", str(work / "hub"))
-        published = publish(
-            REPO, dist, 1, endpoint=url, token=token, key_path=work / "key.pem", log=lambda *a: None
-        )
+        published = publish(REPO, dist, 1, endpoint=url, token=token, key_path=work / "key.pem")
         print(f"published {REPO} v1 -> {published.commit}")
         path = os.pathsep.join(
             [str(REPO_ROOT), str(REPO_ROOT / "kernel_src"), os.environ.get("PYTHONPATH", "")]

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 
-from registry import build as b
-from registry import digest
+from registry.publisher import aot
+from registry.publisher import build as b
+from registry.spec import digest
+from registry.spec.arch import parse_sm
+from registry.spec.build_matrix import MatrixConfigError, VariantSpec, parse_matrix, read_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "kernel_src" / "fused_mlp"
@@ -18,7 +21,7 @@ MATRIX = ROOT / "build" / "matrix.toml"
 
 
 def test_plan_has_matrix_variants_and_cpu_noarch():
-    plans = {p.name: p for p in b.plan_variants(b.load_matrix(MATRIX))}
+    plans = {p.name: p for p in b.plan_variants(read_matrix(MATRIX))}
     assert plans["torch-cuda"].kind == "triton" and plans["torch-cuda"].backend == "cuda"
     assert "sm_90a" in plans["torch-cuda"].archs and plans["torch-cuda"].triton
     assert plans["torch-stable-abi211-cu130-x86_64-linux"].kind == "cuda"
@@ -26,8 +29,8 @@ def test_plan_has_matrix_variants_and_cpu_noarch():
 
 
 def test_plan_refuses_unknown_kind():
-    with pytest.raises(b.BuildError, match="kind 'rust'"):
-        b.plan_variants({"variants": {"torch-x": {"kind": "rust"}}})
+    with pytest.raises(MatrixConfigError, match="kind 'rust'"):
+        parse_matrix({"variants": {"torch-x": {"kind": "rust"}}})
 
 
 @pytest.mark.parametrize(
@@ -41,12 +44,14 @@ def test_plan_refuses_unknown_kind():
     ],
 )
 def test_kernels_arch_notation(arch, ptx, expected):
-    assert b.kernels_arch(arch, ptx) == expected
+    assert parse_sm(arch).dotted(ptx) == expected
 
 
 def test_kernels_arch_rejects_garbage():
-    with pytest.raises(b.BuildError, match="sm_<major><minor>"):
-        b.kernels_arch("hopper")
+    with pytest.raises(ValueError, match="sm_<major><minor>"):
+        parse_sm("hopper")
+    with pytest.raises(MatrixConfigError, match="sm_<major><minor>"):
+        parse_matrix({"variants": {"torch-x": {"kind": "triton", "archs": ["hopper"]}}})
 
 
 def test_rewrite_build_info_keeps_docstring():
@@ -61,29 +66,29 @@ def test_rewrite_build_info_keeps_docstring():
 
 
 def test_aot_decision_records_why():
-    plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_80", "sm_90a"), triton=("3.6.0",))
-    assert b.aot_decision(plan, "3.6.0", True, ["sm_90a"]) == (True, "AOT cubins for triton 3.6.0: sm_90a")
-    ok, why = b.aot_decision(plan, "3.8.0", True, ["sm_90a"])
+    plan = VariantSpec("torch-cuda", "triton", "cuda", archs=("sm_80", "sm_90a"), triton=("3.6.0",))
+    assert aot.aot_decision(plan, "3.6.0", True, ["sm_90a"]) == (True, "AOT cubins for triton 3.6.0: sm_90a")
+    ok, why = aot.aot_decision(plan, "3.8.0", True, ["sm_90a"])
     assert not ok and "3.8.0" in why and "3.6.0" in why
-    assert not b.aot_decision(plan, "3.6.0", False, ["sm_90a"])[0]
-    assert not b.aot_decision(plan, None, True, ["sm_90a"])[0]
-    assert b.selected_archs(plan, None) == ["sm_80", "sm_90a"]
-    assert b.selected_archs(plan, ("sm_90a",)) == ["sm_90a"]
+    assert not aot.aot_decision(plan, "3.6.0", False, ["sm_90a"])[0]
+    assert not aot.aot_decision(plan, None, True, ["sm_90a"])[0]
+    assert aot.selected_archs(plan, None) == ["sm_80", "sm_90a"]
+    assert aot.selected_archs(plan, ("sm_90a",)) == ["sm_90a"]
     with pytest.raises(b.BuildError, match="sm_75"):
-        b.selected_archs(plan, ("sm_75",))
+        aot.selected_archs(plan, ("sm_75",))
 
 
 def test_parse_elf_arch():
-    assert b.parse_elf_arch("ELF file    1: k-1.sm_120a.cubin\n") == "sm_120a"
-    assert b.parse_elf_arch("ELF file    1: k.sm_80.cubin\nELF file    2: k.sm_80.cubin\n") == "sm_80"
-    assert b.parse_elf_arch("ELF file 1: a.sm_80.cubin\nELF file 2: a.sm_90a.cubin") is None
-    assert b.parse_elf_arch("") is None
+    assert aot.parse_elf_arch("ELF file    1: k-1.sm_120a.cubin\n") == "sm_120a"
+    assert aot.parse_elf_arch("ELF file    1: k.sm_80.cubin\nELF file    2: k.sm_80.cubin\n") == "sm_80"
+    assert aot.parse_elf_arch("ELF file 1: a.sm_80.cubin\nELF file 2: a.sm_90a.cubin") is None
+    assert aot.parse_elf_arch("") is None
 
 
 def test_backend_archs_for_triton_allow_jit_floor():
-    plan = b.VariantPlan("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
+    plan = VariantSpec("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
     assert b.backend_archs(plan, ["sm_90a"]) == ["9.0a", "8.0+PTX"]
-    cuda = b.VariantPlan("torch-stable-abi211-cu130-x86_64-linux", "cuda", "cuda", ptx=("sm_120",))
+    cuda = VariantSpec("torch-stable-abi211-cu130-x86_64-linux", "cuda", "cuda", ptx=("sm_120",))
     assert b.backend_archs(cuda, ["sm_80", "sm_120"]) == ["8.0", "12.0+PTX"]
 
 
@@ -104,7 +109,6 @@ def built(tmp_path_factory, source):
         MATRIX,
         aot=False,
         only=["torch-cuda", "torch-cpu", "torch-universal"],
-        log=lambda _: None,
     )
     return result
 
@@ -139,7 +143,7 @@ def test_layout_and_metadata_accepted_by_kernels(built):
 
 
 def test_build_is_reproducible_and_content_addressed(built, source, tmp_path):
-    again = b.build(source, tmp_path / "fused-mlp", MATRIX, aot=False, only=["torch-cpu"], log=lambda _: None)
+    again = b.build(source, tmp_path / "fused-mlp", MATRIX, aot=False, only=["torch-cpu"])
     first = (built.out / "build" / "torch-cpu" / "metadata.json").read_bytes()
     assert (again.out / "build" / "torch-cpu" / "metadata.json").read_bytes() == first
 
@@ -147,7 +151,7 @@ def test_build_is_reproducible_and_content_addressed(built, source, tmp_path):
     shutil.copytree(source, src)
     with open(src / "reference.py", "a") as f:
         f.write("\n# changed\n")
-    changed = b.build(src, tmp_path / "changed", MATRIX, aot=False, only=["torch-cpu"], log=lambda _: None)
+    changed = b.build(src, tmp_path / "changed", MATRIX, aot=False, only=["torch-cpu"])
     meta = json.loads((changed.out / "build" / "torch-cpu" / "metadata.json").read_text())
     assert meta["id"] != json.loads(first)["id"]
     assert (
@@ -207,15 +211,13 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
     }
     metas = []
     for name in ("one", "two"):
-        result = b.build(
-            source, tmp_path / name / "fused-mlp", MATRIX, only=["torch-cuda"], log=lambda _: None, **narrow
-        )
+        result = b.build(source, tmp_path / name / "fused-mlp", MATRIX, only=["torch-cuda"], **narrow)
         vdir = result.out / "build" / "torch-cuda"
         metas.append((vdir / "metadata.json").read_bytes())
     meta = json.loads(metas[0])
     assert metas[0] == metas[1], "two builds of the same source differ"
     assert meta["triton"] == [triton.__version__]
-    assert triton.__version__ in b.load_matrix(MATRIX)["variants"]["torch-cuda"]["triton"]
+    assert triton.__version__ in read_matrix(MATRIX).variant("torch-cuda").triton
     assert meta["archs"] == [{"arch": "sm_120a", "sass": True, "ptx": False}]
     assert meta["backend"]["archs"] == ["12.0a", "8.0+PTX"]
     assert any("Triton emits sm_120a" in n for n in meta["build"]["notes"])
@@ -227,7 +229,7 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
         listing = subprocess.run(
             [str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True, check=True
         ).stdout
-        assert b.parse_elf_arch(listing) == "sm_120a", listing
+        assert aot.parse_elf_arch(listing) == "sm_120a", listing
 
 
 def test_cli_skips_the_cuda_variant_with_the_reason_or_fails_when_required(source, tmp_path):

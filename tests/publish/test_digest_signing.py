@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kernels._rust import Digest, DigestAlgorithm
 
-from registry import digest, signing
+from registry.spec import digest, signing
 
 
 def _variant(root: Path) -> Path:

@@ -1,0 +1,443 @@
+"""`kernel-hub publish`: make a built dist version `vN` of a kernel repo, atomically and signed.
+
+Order of work (DESIGN.md §6): check the dist against its own digests → stage a copy with `version`
+set and every `metadata.json` signed → refuse if the public API differs from the current `vN` head
+→ upload the staged tree to a fresh branch `publish/<uuid>` (the stock client may split it into
+several commits) → check that branch's tree equals the staged tree → move `vN` to that commit in one
+compare-and-swap against the head observed at the start → delete the temporary branch.
+
+The swap uses our hub's `ref-update` extension; on any other Hub-API server it falls back to
+`create_branch` (vN new: 409 if someone else made it) or a `create_commit` on vN with `parent_commit`
+set to the observed head (412 if vN moved). Either way `vN` only ever points at a complete tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+from registry.spec import digest, names, signing
+from registry.spec.variant import (
+    BUILD_DIR,
+    METADATA,
+    SIGNATURE,
+    MetadataError,
+    VariantMetadata,
+    metadata_path,
+)
+
+from .errors import ApiChanged, PublishError, VersionMoved
+
+log = logging.getLogger(__name__)
+
+REPO_TYPE = names.KERNEL_REPO_TYPE
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A 404/405 on an extension route means "this server lacks the extension", unless it names a missing
+# revision or file. RepoNotFound is not trusted here: some servers answer unknown API routes with it, and
+# the repo was just seen; were it really gone, the Hub-API fallback fails with a precise error anyway.
+_REAL_404_CODES = {"RevisionNotFound", "EntryNotFound"}
+_UNTRACKED_REMOTE = {".gitattributes"}  # the Hub keeps it in every commit; upload_folder never deletes it
+
+
+@dataclass
+class PublishResult:
+    repo_id: str
+    version: int
+    commit: str
+    previous: str | None  # vN head before this publish (None: vN is new)
+    variants: list[str]
+    key_id: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def unchanged(self) -> bool:
+        return self.previous == self.commit
+
+
+# ---------------------------------------------------------------------------------------------- pure
+
+
+def version_branch(version: int) -> str:
+    """Name of the branch that `kernels` resolves `version=N` to."""
+    try:
+        return names.version_branch(version)
+    except ValueError as e:
+        raise PublishError(str(e)) from None
+
+
+def check_repo_id(repo_id: str) -> tuple[str, str]:
+    """(namespace, name) of an `org/name` repo id."""
+    if not _REPO_ID.match(repo_id):
+        raise PublishError(f"repo id {repo_id!r} must look like 'org/fused-mlp'")
+    ns, name = repo_id.split("/")
+    return ns, name
+
+
+def dist_api(apis: Mapping[str, Mapping]) -> dict:
+    """The one public API (variant -> its `api` record) all variants of a dist share; disagreeing ones are refused."""
+    distinct = {json.dumps(a, sort_keys=True): v for v, a in apis.items()}
+    if len(distinct) != 1:
+        raise PublishError(
+            f"variants of this dist record different APIs ({sorted(distinct.values())}): rebuild it"
+        )
+    api = next(iter(apis.values()))
+    if not isinstance(api, dict) or "__all__" not in api:
+        raise PublishError("the dist's metadata.json has no `api` record: rebuild it with `kernel-hub build`")
+    return api
+
+
+def api_differences(old: Mapping, new: Mapping) -> list[str]:
+    """Human-readable differences between two `api` records ([] = same `__all__` and signatures)."""
+    old_all, new_all = list(old.get("__all__", [])), list(new.get("__all__", []))
+    old_sig, new_sig = old.get("signatures", {}), new.get("signatures", {})
+    diffs = [f"removed {n}" for n in old_all if n not in new_all]
+    diffs += [f"added {n}" for n in new_all if n not in old_all]
+    diffs += [
+        f"{n}{old_sig.get(n)} -> {n}{new_sig.get(n)}"
+        for n in new_all
+        if n in old_all and old_sig.get(n) != new_sig.get(n)
+    ]
+    return diffs
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id the Hub reports for a regular (non-LFS) file: git's blob sha1."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class FileId:
+    size: int
+    git_sha1: str
+    sha256: str
+
+    def matches(self, entry: RepoFile) -> bool:
+        if entry.size != self.size:
+            return False
+        if entry.lfs is not None:
+            return entry.lfs.sha256 == self.sha256
+        return entry.blob_id == self.git_sha1
+
+
+def tree_problems(expected: Mapping[str, FileId], remote: Mapping[str, RepoFile]) -> list[str]:
+    """Differences between the staged tree and a commit's tree ([] = identical, .gitattributes aside)."""
+    remote = {p: e for p, e in remote.items() if p not in _UNTRACKED_REMOTE}
+    problems = [f"missing {p}" for p in sorted(expected.keys() - remote.keys())]
+    problems += [f"unexpected {p}" for p in sorted(remote.keys() - expected.keys())]
+    problems += [
+        f"different {p}"
+        for p in sorted(expected.keys() & remote.keys())
+        if not expected[p].matches(remote[p])
+    ]
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------- I/O
+
+
+def read_dist(dist: Path) -> dict[str, VariantMetadata]:
+    """variant -> metadata of a built dist, after checking every variant against its own digest."""
+    build_dir = Path(dist) / BUILD_DIR
+    variants = sorted(p for p in build_dir.glob(f"*/{METADATA}")) if build_dir.is_dir() else []
+    if not variants:
+        raise PublishError(
+            f"{dist} has no build/<variant>/metadata.json: run `kernel-hub build --out {dist}` first"
+        )
+    metas = {}
+    for meta_path in variants:
+        name = meta_path.parent.name
+        try:
+            meta = VariantMetadata.read(meta_path.parent)
+        except MetadataError as e:
+            raise PublishError(f"variant {name}: {e}") from None
+        problems = digest.verify_digests(meta_path.parent, meta.to_json())
+        if problems:
+            raise PublishError(
+                f"variant {name} does not match its metadata digest ({'; '.join(problems[:5])}): rebuild the dist"
+            )
+        metas[name] = meta
+    return metas
+
+
+def stage_signed(
+    dist: Path, stage: Path, metas: Mapping[str, VariantMetadata], version: int, key
+) -> dict[str, FileId]:
+    """Copy `dist` to `stage` with `version` set in every metadata.json and a fresh metadata.json.sig beside it.
+
+    Returns the staged tree (repo path -> FileId). Ed25519 signatures are deterministic, so publishing the
+    same dist with the same key twice stages identical bytes.
+    """
+    dist = Path(dist)
+    for src in sorted(p for p in dist.rglob("*") if p.is_file()):
+        rel = src.relative_to(dist).as_posix()
+        parts = rel.split("/")
+        if "__pycache__" in parts or rel.endswith(".pyc") or parts[-1] == SIGNATURE:
+            continue
+        dst = stage / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    for name, meta in metas.items():
+        vdir = stage / BUILD_DIR / name
+        data = meta.with_version(version).to_bytes()
+        (vdir / METADATA).write_bytes(data)
+        (vdir / SIGNATURE).write_text(signing.sign_metadata(data, key))
+    tree = {}
+    for path in sorted(p for p in stage.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        tree[path.relative_to(stage).as_posix()] = FileId(
+            len(data), git_blob_id(data), hashlib.sha256(data).hexdigest()
+        )
+    return tree
+
+
+class HubClient:
+    """huggingface_hub's HfApi for the standard routes, plus our two extensions (keys, ref-update)."""
+
+    def __init__(self, endpoint: str | None, token: str | None):
+        self.api = HfApi(endpoint=endpoint, token=token)
+        self.endpoint = self.api.endpoint.rstrip("/")
+        self.token = token
+
+    def _post(self, path: str, body: dict):
+        return get_session().post(
+            f"{self.endpoint}{path}", json=body, headers=build_hf_headers(token=self.token)
+        )
+
+    def branch_heads(self, repo_id: str) -> dict[str, str]:
+        refs = self.api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        return {b.name: b.target_commit for b in refs.branches}
+
+    def tree(self, repo_id: str, commit: str) -> dict[str, RepoFile]:
+        entries = self.api.list_repo_tree(repo_id, revision=commit, recursive=True, repo_type=REPO_TYPE)
+        return {e.path: e for e in entries if isinstance(e, RepoFile)}
+
+    def ref_update(self, repo_id: str, branch: str, old: str | None, new: str) -> bool | None:
+        """CAS `refs/heads/<branch>` from `old` to `new`: True done, None = extension not supported.
+
+        Raises VersionMoved when the server reports the ref is no longer at `old`.
+        """
+        r = self._post(
+            f"/api/kernels/{repo_id}/ref-update", {"ref": f"refs/heads/{branch}", "old": old, "new": new}
+        )
+        if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
+            return None
+        if r.status_code == 412:
+            try:
+                current = r.json().get("current")
+            except ValueError:
+                current = "unknown"
+            raise VersionMoved(
+                f"{branch} of {repo_id} moved during this publish (expected {old or 'no branch'}, "
+                f"now {current}): another publish won; re-run to publish on top of it"
+            )
+        hf_raise_for_status(r)
+        return True
+
+    def register_key(self, namespace: str, public_b64: str) -> str:
+        """Register the publisher key for `namespace`; returns a note for the log."""
+        r = self._post(f"/api/kernel-hub/keys/{namespace}", {"public_key": public_b64})
+        if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
+            return (
+                f"warning: {self.endpoint} has no key registry; loaders there cannot check the signature "
+                f"of key {signing.key_id(public_b64)}"
+            )
+        hf_raise_for_status(r)
+        return f"publisher key {signing.key_id(public_b64)} registered for {namespace}"
+
+
+def head_apis(client: HubClient, repo_id: str, head: str) -> dict[str, dict | None]:
+    """variant -> the `api` its metadata.json records at commit `head` (None when it records none)."""
+    try:
+        entries = client.api.list_repo_tree(repo_id, path_in_repo="build", revision=head, repo_type=REPO_TYPE)
+        variants = sorted(e.path.split("/")[-1] for e in entries if not isinstance(e, RepoFile))
+    except EntryNotFoundError:  # a vN without build/: nothing anyone could load, so nothing to keep
+        return {}
+    apis: dict[str, dict | None] = {}
+    with tempfile.TemporaryDirectory(prefix="kernel-hub-head-") as cache:
+        for v in variants:
+            path = hf_hub_download(
+                repo_id,
+                metadata_path(v),
+                revision=head,
+                repo_type=REPO_TYPE,
+                cache_dir=cache,
+                endpoint=client.endpoint,
+                token=client.token,
+            )
+            api = json.loads(Path(path).read_text()).get("api")
+            apis[v] = api if isinstance(api, dict) else None
+    return apis
+
+
+def compatibility_problems(published: Mapping[str, dict | None], new_api: Mapping) -> list[str]:
+    """Why the dist may not replace the variants published at vN ([] = same API, no variant lost)."""
+    problems = []
+    for v, api in sorted(published.items()):
+        if api is None:
+            problems.append(f"{v} records no API, so compatibility cannot be shown")
+        else:
+            problems += [f"{v}: {d}" for d in api_differences(api, new_api)]
+    return problems
+
+
+def dropped_variants(published: Mapping[str, object], new_variants: set[str]) -> list[str]:
+    """Variants published at vN that the dist lacks (users of those would silently fall back)."""
+    return sorted(set(published) - new_variants)
+
+
+def publish(
+    repo_id: str,
+    dist: Path,
+    version: int,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    key_path: Path | None = None,
+    private: bool = False,
+    allow_dropping_variants: bool = False,
+) -> PublishResult:
+    """Publish the built `dist` as version `version` of `repo_id` (see the module docstring)."""
+    namespace, _ = check_repo_id(repo_id)
+    branch = version_branch(version)
+    metas = read_dist(Path(dist))
+    new_api = dist_api({v: m.api for v, m in metas.items()})
+    key_path = Path(key_path) if key_path else signing.default_key_path(namespace)
+    key, created = signing.load_or_create_key(key_path)
+    pub = signing.public_key_b64(key)
+    notes = [f"created publisher key {key_path}"] if created else []
+
+    client = HubClient(endpoint, token)
+    client.api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True, private=private)
+    notes.append(client.register_key(namespace, pub))
+    for n in notes:
+        log.info(n)
+    heads = client.branch_heads(repo_id)
+    head = heads.get(branch)
+    if head is not None:
+        published = head_apis(client, repo_id, head)
+        problems = compatibility_problems(published, new_api)
+        if problems:
+            raise ApiChanged(
+                f"the public API changed ({'; '.join(problems)}): publish it as v{version + 1}, "
+                f"{branch} must keep the API it was published with"
+            )
+        dropped = dropped_variants(published, set(metas))
+        if dropped and not allow_dropping_variants:
+            raise PublishError(
+                f"{branch} has variant(s) {dropped} that {dist} lacks; users of them would lose the kernel. "
+                "Build them into the dist, or pass --allow-dropping-variants"
+            )
+
+    with tempfile.TemporaryDirectory(prefix="kernel-hub-publish-") as tmp:
+        stage = Path(tmp)
+        expected = stage_signed(Path(dist), stage, metas, version, key)
+        commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
+    return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
+
+
+def _upload_and_swap(
+    client: HubClient,
+    repo_id: str,
+    branch: str,
+    head: str | None,
+    stage: Path,
+    expected: Mapping[str, FileId],
+) -> str:
+    """Upload `stage` to a temporary branch, check its tree, CAS `branch` from `head` to it; return vN's commit."""
+    temp = f"publish/{uuid.uuid4().hex}"
+    client.api.create_branch(repo_id, branch=temp, revision=head, repo_type=REPO_TYPE)
+    try:
+        client.api.upload_folder(
+            repo_id=repo_id,
+            folder_path=stage,
+            repo_type=REPO_TYPE,
+            revision=temp,
+            delete_patterns="*",
+            commit_message=f"Publish {branch}",
+        )
+        final = client.branch_heads(repo_id).get(temp)
+        if final is None:
+            raise PublishError(f"temporary branch {temp} vanished during the upload; nothing was published")
+        problems = tree_problems(expected, client.tree(repo_id, final))
+        if problems:
+            raise PublishError(
+                f"the uploaded tree at {final} differs from the dist ({'; '.join(problems[:5])}); "
+                f"{branch} was not moved"
+            )
+        swapped = client.ref_update(repo_id, branch, head, final)  # also when final == head: confirms vN
+        if swapped is None:
+            log.info(
+                "%s has no ref-update extension: moving %s with the Hub API's own checks",
+                client.endpoint,
+                branch,
+            )
+            return _swap_with_hub_api(client, repo_id, branch, head, final, stage, expected)
+        return final
+    finally:
+        try:
+            client.api.delete_branch(repo_id, branch=temp, repo_type=REPO_TYPE)
+        except HfHubHTTPError as e:
+            log.warning("could not delete temporary branch %s: %s", temp, e)
+
+
+def _swap_with_hub_api(
+    client: HubClient,
+    repo_id: str,
+    branch: str,
+    head: str | None,
+    final: str,
+    stage: Path,
+    expected: Mapping[str, FileId],
+) -> str:
+    """Compare-and-swap through plain Hub routes: create vN (409 if it exists) or commit on it with parent check."""
+    if head is None:
+        try:
+            client.api.create_branch(repo_id, branch=branch, revision=final, repo_type=REPO_TYPE)
+        except HfHubHTTPError as e:
+            if e.response is not None and e.response.status_code == 409:
+                raise VersionMoved(
+                    f"{branch} of {repo_id} was created by someone else during this publish: re-run to publish on top"
+                ) from None
+            raise
+        return final
+    current = client.tree(repo_id, head)
+    ops: list = [
+        CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(stage / p))
+        for p in sorted(expected)
+        if p not in current or not expected[p].matches(current[p])
+    ]
+    ops += [
+        CommitOperationDelete(path_in_repo=p)
+        for p in sorted(current.keys() - expected.keys() - _UNTRACKED_REMOTE)
+    ]
+    if not ops:
+        return head
+    try:
+        info = client.api.create_commit(
+            repo_id,
+            ops,
+            commit_message=f"Publish {branch}",
+            repo_type=REPO_TYPE,
+            revision=branch,
+            parent_commit=head,
+        )
+    except HfHubHTTPError as e:
+        if e.response is not None and e.response.status_code == 412:
+            raise VersionMoved(
+                f"{branch} of {repo_id} moved during this publish (expected {head}): another publish won; re-run"
+            ) from None
+        raise
+    return info.oid
