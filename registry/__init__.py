@@ -1,12 +1,18 @@
-"""kernel-hub: hub server, builder, publisher, loader and compatibility matrix for fused-MLP kernels."""
+"""kernel-hub: hub server, builder, publisher, loader and compatibility matrix for fused-MLP kernels.
 
-__all__ = ["get_kernel"]
+Layout (docs/ARCHITECTURE.md): `spec` (shared vocabulary), `publisher` (build, sign, publish), `hub`
+(the server), `client` (fetch, resolve, verify, check, load), `matrix`, `commands` + `cli` (kernel-hub).
+"""
+
+from .errors import KernelHubError, KernelLoadError
+
+__all__ = ["KernelHubError", "KernelLoadError", "get_kernel"]
 
 
 def __getattr__(name: str):
     # Lazy: importing `registry` (e.g. for the hub server) must not import torch.
     if name == "get_kernel":
-        from .loader import get_kernel
+        from .client.loader import get_kernel
 
         return get_kernel
     raise AttributeError(f"module 'registry' has no attribute {name!r}")

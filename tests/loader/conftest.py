@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from loader_paths import FAST_VARIANTS, MATRIX, NAMESPACE, REPO_ROOT, SOURCE
 
-from registry.build import build
-from registry.publish import publish
+from registry.publisher.build import build
+from registry.publisher.publish import publish
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Publisher:
             assert old in text, f"patch target {old!r} not found in {rel}: the kernel source changed"
             (src / rel).write_text(text.replace(old, new))
         out = self.work / name / "dist"
-        build(src, out, MATRIX, aot=False, only=list(variants), log=lambda *a: None)
+        build(src, out, MATRIX, aot=False, only=list(variants))
         return out
 
     def publish(self, repo: str, dist: Path, version: int = 1, key: Path | None = None) -> str:
@@ -52,7 +52,6 @@ class Publisher:
             endpoint=self.hub.url,
             token=self.token,
             key_path=key or self.key,
-            log=lambda *a: None,
         )
         return result.commit
 

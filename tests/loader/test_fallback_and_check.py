@@ -8,8 +8,8 @@ import pytest
 import torch
 from fused_mlp import reference
 
-from registry.check import CheckCache, CheckCrashed, cache_key, checked, run_check
-from registry.fallback import build_fallback
+from registry.client.check import CheckCache, CheckCrashed, cache_key, checked, run_check
+from registry.client.fallback import build_fallback
 
 API = ["linear", "mlp", "gated_mlp", "act_and_mul"]
 

@@ -14,9 +14,8 @@ import pytest
 from huggingface_hub import hf_hub_download
 from loader_paths import NAMESPACE
 
-from registry import get_kernel
-from registry.loader import KernelLoadError
-from registry.signing import generate_key, key_id, load_private_key, public_key_b64
+from registry import KernelLoadError, get_kernel
+from registry.spec.signing import generate_key, key_id, load_private_key, public_key_b64
 
 
 def test_cpu_build_passes_the_check_as_the_kernel(hub_env, fused_mlp_v1):

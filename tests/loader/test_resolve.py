@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from registry.resolve import (
-    NO_CUDA_DEVICE,
-    Env,
-    parse_arch,
-    ptx_runs_on,
-    reference_sources,
-    resolve_variant,
-    sass_runs_on,
-)
+from registry.client.resolve import NO_CUDA_DEVICE, Env, reference_sources, resolve_variant
+from registry.spec.arch import parse_arch, ptx_runs_on, sass_runs_on
 
 STABLE = "torch-stable-abi211-cu130-x86_64-linux"
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from registry import get_kernel
-from registry.loader import KernelLoadError
+from registry import KernelLoadError, get_kernel
 
 OPS = {"linear", "mlp", "gated_mlp", "act_and_mul"}
 

@@ -22,21 +22,22 @@ from pathlib import Path
 from kernels.hf_hub import RepoInfo
 from kernels.importer import _import_from_path
 
+from registry.errors import KernelHubError, KernelLoadError
+from registry.spec.digest import verify_digests
+from registry.spec.signing import SignatureError, verify_metadata
+
 from .check import CheckCache, CheckCrashed, CheckResult, cache_key, checked
-from .digest import verify_digests
 from .fallback import ACTIVATION_ARGS, FALLBACK_MODES, build_fallback
 from .fetch import FetchError, Hub, download_variant, publisher_keys, resolve_commit, variant_metadata
-from .resolve import Resolution, current_env, reference_sources, resolve_variant
-from .signing import SignatureError, verify_metadata
+from .resolve import Resolution, current_env, reference_sources, resolve_variant, trace_lines
 
 ALLOW_UNSIGNED_ENV = "KERNEL_HUB_ALLOW_UNSIGNED"
 
 
-class KernelLoadError(RuntimeError):
-    """No variant could be used and the fallback was not allowed (or could not be built); lists every step."""
+__all__ = ["KernelLoadError", "get_kernel"]
 
 
-class Refused(Exception):
+class Refused(KernelHubError):
     """One variant was refused after download: verification, import or check failed."""
 
 
@@ -198,12 +199,6 @@ def _check_info(result: CheckResult | None, mode: str | None) -> dict:
         return {"status": "skipped (check=None)"}
     status = "passed (cached)" if result.cached else "passed"
     return {"status": status, **result.to_dict()}
-
-
-def trace_lines(resolution: Resolution, attempts: list[str]) -> list[str]:
-    """Human-readable decision trace: every variant's verdict, then every refused attempt."""
-    lines = [f"{'accept' if v.accepted else 'reject'} {v.variant}: {v.reason}" for v in resolution.verdicts]
-    return lines + [f"refused {a}" for a in attempts]
 
 
 def verify_variant(hub: Hub, repo_id: str, path: Path) -> dict:

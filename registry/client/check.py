@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from registry.errors import KernelHubError
+
 # A correct kernel stays below these; a wrong epilogue, bias or scale lands orders of magnitude above.
 FLOOR = {torch.float32: 5e-3, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 EAGER_FACTOR = 4.0
@@ -235,7 +237,7 @@ def run_check(
     )
 
 
-class CheckCrashed(RuntimeError):
+class CheckCrashed(KernelHubError, RuntimeError):
     """An op raised while being checked."""
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,14 +24,15 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFolder
 from huggingface_hub.utils import build_hf_headers, get_session
 
+from registry.errors import KernelHubError
+from registry.spec.names import COMMIT, KERNEL_REPO_TYPE, versions
+
 # HfHubHTTPError derives from httpx2.HTTPError, as do connection errors: catching it covers both.
-REPO_TYPE = "kernel"
-VERSION_BRANCH = re.compile(r"v(0|[1-9][0-9]*)")
-COMMIT = re.compile(r"[0-9a-f]{40}")
+REPO_TYPE = KERNEL_REPO_TYPE
 BYTECODE = ["*.pyc", "**/__pycache__/**"]
 
 
-class FetchError(RuntimeError):
+class FetchError(KernelHubError, RuntimeError):
     """The hub or the cache could not give what was asked for; the message says what to do."""
 
 
@@ -62,11 +62,11 @@ class Hub:
 
 def pick_version(branches: Mapping[str, str], version: int) -> str:
     """Commit of branch `v<version>` among `branches` (name -> commit); only strict `v(0|[1-9]\\d*)` names count."""
-    versions = {int(name[1:]): commit for name, commit in branches.items() if VERSION_BRANCH.fullmatch(name)}
-    if version not in versions:
-        have = ", ".join(f"v{v}" for v in sorted(versions)) or "none"
+    found = versions(dict(branches))
+    if version not in found:
+        have = ", ".join(f"v{v}" for v in sorted(found)) or "none"
         raise FetchError(f"version {version} does not exist (versions on this repo: {have})")
-    return versions[version]
+    return found[version]
 
 
 def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | None) -> str:

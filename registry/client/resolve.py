@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import platform
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,6 +28,9 @@ from kernels.variants import (
     parse_variant,
 )
 from packaging.version import InvalidVersion, Version
+
+from registry.spec.arch import Arch, parse_arch, ptx_runs_on, sass_runs_on
+from registry.spec.variant import ArchTarget, arch_targets
 
 NO_CUDA_DEVICE = "no CUDA device"
 
@@ -66,77 +68,6 @@ class Resolution:
     def accepted(self) -> tuple[str, ...]:
         """Accepted variants, most preferred first (the loader tries them in this order)."""
         return tuple(v.variant for v in self.verdicts if v.accepted)
-
-
-@dataclass(frozen=True, order=True)
-class Arch:
-    """A CUDA compute capability as named in builds: sm_90 / sm_90a / sm_100f, or 9.0 / 9.0a."""
-
-    major: int
-    minor: int
-    suffix: str = ""  # "a" = arch-specific (runs on exactly this cc), "f" = family-specific
-
-    @property
-    def name(self) -> str:
-        return f"sm_{self.major}{self.minor}{self.suffix}"
-
-
-_SM_RE = re.compile(r"sm_(\d+?)(\d)([af]?)")
-_DOTTED_RE = re.compile(r"(\d+)\.(\d+)([af]?)")
-
-
-def parse_arch(text: str) -> Arch:
-    """`sm_90a` or `9.0a` -> Arch(9, 0, "a"); raises ValueError on anything else."""
-    text = text.strip().lower()
-    m = _SM_RE.fullmatch(text) or _DOTTED_RE.fullmatch(text)
-    if not m:
-        raise ValueError(f"GPU arch {text!r} is neither sm_XY[a|f] nor X.Y[a|f]")
-    return Arch(int(m.group(1)), int(m.group(2)), m.group(3))
-
-
-def sass_runs_on(build: Arch, device: Arch) -> bool:
-    """SASS for sm_XY runs on X.Z with Z >= Y (same major); sm_XYa only on exactly X.Y."""
-    if build.suffix == "a":
-        return (build.major, build.minor) == (device.major, device.minor)
-    return build.major == device.major and device.minor >= build.minor
-
-
-def _same_cc(build: Arch, device: Arch) -> bool:
-    return (build.major, build.minor) == (device.major, device.minor)
-
-
-def ptx_runs_on(build: Arch, device: Arch) -> bool:
-    """PTX for sm_XY is JIT-compiled by the driver for any cc >= X.Y; arch-specific PTX only for X.Y."""
-    if build.suffix == "a":
-        return (build.major, build.minor) == (device.major, device.minor)
-    return (device.major, device.minor) >= (build.major, build.minor)
-
-
-@dataclass(frozen=True)
-class ArchTarget:
-    """One entry of metadata `archs`: which code the build holds for that arch."""
-
-    arch: Arch
-    sass: bool
-    ptx: bool
-
-
-def arch_targets(metadata: Mapping) -> list[ArchTarget]:
-    """Our `archs` key ([{"arch", "sass", "ptx"}]) merged with kernels' `backend.archs` ("9.0a", "8.0+PTX")."""
-    merged: dict[Arch, tuple[bool, bool]] = {}
-
-    def add(arch: Arch, sass: bool, ptx: bool) -> None:
-        old_sass, old_ptx = merged.get(arch, (False, False))
-        merged[arch] = (old_sass or sass, old_ptx or ptx)
-
-    for entry in metadata.get("archs") or []:
-        add(parse_arch(entry["arch"]), bool(entry.get("sass", True)), bool(entry.get("ptx", False)))
-    for text in (metadata.get("backend") or {}).get("archs") or []:
-        name, plus, tail = text.partition("+")
-        if plus and tail.upper() != "PTX":
-            raise ValueError(f"backend arch {text!r}: only a '+PTX' suffix is understood")
-        add(parse_arch(name), True, bool(plus))
-    return [ArchTarget(arch, sass, ptx) for arch, (sass, ptx) in sorted(merged.items())]
 
 
 def match_arch(targets: list[ArchTarget], device: Arch) -> tuple[str | None, str]:
@@ -222,7 +153,7 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
             (
                 a["arch"]
                 for a in metadata.get("archs") or []
-                if a.get("sass", True) and _same_cc(parse_arch(a["arch"]), device)
+                if a.get("sass", True) and parse_arch(a["arch"]).same_cc(device)
             ),
             None,
         )
@@ -303,6 +234,12 @@ def _fallback_reason(verdicts: list[Verdict], env: Env, backend: str | None) -> 
     if env.gpu_arch is None and backend != "cpu":
         return NO_CUDA_DEVICE
     return "no variant fits this machine: " + "; ".join(f"{v.variant}: {v.reason}" for v in verdicts)
+
+
+def trace_lines(resolution: Resolution, attempts: list[str]) -> list[str]:
+    """Human-readable decision trace: every variant's verdict, then every refused attempt."""
+    lines = [f"{'accept' if v.accepted else 'reject'} {v.variant}: {v.reason}" for v in resolution.verdicts]
+    return lines + [f"refused {a}" for a in attempts]
 
 
 def reference_sources(variants: Mapping[str, dict]) -> list[str]:
