@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from starlette.routing import Route as StarletteRoute
 
 from . import commits, files, lfs, orgs, pages, refs, repos
 from .errors import HubError
+from .pages import PageSection
 from .routing import find, split_raw_path
 from .storage import db
 from .storage.accounts import Accounts
@@ -40,10 +42,13 @@ ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
 
-def open_hub(data_dir: Path, config: HubConfig, db_url: str | None = None) -> Hub:
+def open_hub(
+    data_dir: Path, config: HubConfig, db_url: str | None = None, extensions: Sequence[PageSection] = ()
+) -> Hub:
     engine = db.connect(db_url or data_dir)
     accounts = Accounts(engine)
-    return Hub(RepoStore(engine), accounts, BlobStore(Path(data_dir) / "blobs"), config, accounts.secret())
+    blobs = BlobStore(Path(data_dir) / "blobs")
+    return Hub(RepoStore(engine), accounts, blobs, config, accounts.secret(), tuple(extensions))
 
 
 async def _answer(hub: Hub, request: Request, request_id: str) -> Response:
@@ -68,11 +73,17 @@ async def _answer(hub: Hub, request: Request, request_id: str) -> Response:
         return error_response(HubError("Internal", f"internal server error {request_id}; see the hub log"))
 
 
-def create_app(data_dir: Path, public_url: str | None = None, config: HubConfig | None = None) -> Starlette:
+def create_app(
+    data_dir: Path,
+    public_url: str | None = None,
+    config: HubConfig | None = None,
+    extensions: Sequence[PageSection] = (),
+) -> Starlette:
+    """The hub as an ASGI app; `extensions` are HTML blocks its kernel pages show under each version."""
     cfg = config or HubConfig()
     if public_url:
         cfg = replace(cfg, public_url=public_url)
-    hub = open_hub(Path(data_dir), cfg)
+    hub = open_hub(Path(data_dir), cfg, extensions=extensions)
 
     async def dispatch(request: Request):
         request_id = uuid.uuid4().hex

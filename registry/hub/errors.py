@@ -6,6 +6,8 @@ error carries one; the message goes into the JSON body `{"error": ...}` and `X-E
 
 from __future__ import annotations
 
+from registry.errors import KernelHubError
+
 # kind -> (HTTP status, X-Error-Code)
 ERROR_TABLE: dict[str, tuple[int, str]] = {
     "BadRequest": (400, "BadRequest"),
@@ -33,7 +35,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
 }
 
 
-class HubError(Exception):
+class HubError(KernelHubError):
     """A refused request: `kind` is a key of ERROR_TABLE, `message` says what and what to do.
 
     `body` adds keys to the JSON body (e.g. the 409 `url`, the 412 `current`);

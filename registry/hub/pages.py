@@ -1,25 +1,25 @@
 """Minimal web pages: `/` lists the public repos; `/kernels/{ns}/{name}` shows each version
 (`vN` branch) with its variants (folders under `build/`) and files.
 
-Hook for other parts: `extra_sections(repo_id, version, commit, manifest, read, compat)` returns
-extra HTML blocks for one version. When `registry.matrix` exists it renders
-`render_html(matrix_from_files(repo=, version=, commit=, paths=, read=, compat=)[0])`, the
-compatibility matrix (`compat` = files of the repo's `compat` branch, path -> bytes). Pages never
-import torch.
+Other parts add blocks under each version by injection: `create_app(..., extensions=[section, ...])`,
+each a `PageSection` (the CLI's `kernel-hub serve` adds the compatibility matrix). The hub itself
+imports none of them, so pages never import torch, kernels or huggingface_hub.
 """
 
 from __future__ import annotations
 
 import html
-import importlib
 import json
 from collections.abc import Callable
+from typing import Protocol
 
 from starlette.responses import HTMLResponse
 
+from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE, version_of
+from registry.spec.variant import metadata_path
+
 from .manifest import Manifest
 from .routing import route
-from .validate import is_version_branch
 from .web import Call
 
 MAX_RECORD_BYTES = 1024 * 1024
@@ -33,7 +33,23 @@ def _page(title: str, body: str) -> HTMLResponse:
     )
 
 
+class PageSection(Protocol):
+    """An HTML block under one version of a kernel page; raising shows a one-line note instead."""
+
+    def __call__(
+        self,
+        *,
+        repo: str,
+        version: int,
+        commit: str,
+        paths: list[str],
+        read: Callable[[str], bytes],
+        compat: dict[str, bytes],
+    ) -> str: ...
+
+
 def extra_sections(
+    sections: tuple[PageSection, ...],
     repo_id: str,
     version: int,
     commit: str,
@@ -41,20 +57,27 @@ def extra_sections(
     read: Callable[[str], bytes],
     compat: dict[str, bytes],
 ) -> list[str]:
-    """HTML blocks other parts add under a version (today: the compatibility matrix, if present)."""
-    try:
-        matrix = importlib.import_module("registry.matrix")
-    except ImportError:
-        return []
-    try:
-        m, warnings = matrix.matrix_from_files(
-            repo=repo_id, version=version, commit=commit, paths=list(manifest), read=read, compat=compat
-        )
-        html_out = matrix.render_html(m)
-    except Exception as e:  # noqa: BLE001 - a page must render even when the matrix cannot: say why
-        return [f"<p>Compatibility matrix unavailable: {html.escape(str(e))}</p>"]
-    notes = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
-    return [html_out + (f"<ul>{notes}</ul>" if notes else "")]
+    """The injected blocks for one version; a failing one becomes a note, since the page must render."""
+    out = []
+    for section in sections:
+        try:
+            out.append(
+                section(
+                    repo=repo_id,
+                    version=version,
+                    commit=commit,
+                    paths=list(manifest),
+                    read=read,
+                    compat=compat,
+                )
+            )
+        except Exception as e:  # noqa: BLE001 - a page must render even when a section cannot: say why
+            out.append(f"<p>{html.escape(_title(section))} unavailable: {html.escape(str(e))}</p>")
+    return out
+
+
+def _title(section: PageSection) -> str:
+    return getattr(section, "title", None) or "Section"
 
 
 def _backend(meta: dict) -> str:
@@ -68,7 +91,7 @@ def _backend(meta: dict) -> str:
 async def index(call: Call):
     rows = [
         f"<li><a href='/kernels/{html.escape(r.repo_id)}'>{html.escape(r.repo_id)}</a></li>"
-        if r.type == "kernel"
+        if r.type == KERNEL_REPO_TYPE
         else f"<li>{html.escape(r.repo_id)} (model)</li>"
         for r in call.hub.store.list()
         if not r.private
@@ -92,7 +115,7 @@ def variants_of(manifest: Manifest, read: Callable[[str], bytes]) -> dict[str, d
     out = {}
     for v in names:
         try:
-            meta = json.loads(read(f"build/{v}/metadata.json"))
+            meta = json.loads(read(metadata_path(v)))
         except (KeyError, OSError, ValueError):
             meta = {}
         out[v] = meta if isinstance(meta, dict) else {}
@@ -101,7 +124,7 @@ def variants_of(manifest: Manifest, read: Callable[[str], bytes]) -> dict[str, d
 
 def compat_files(call: Call, repo) -> dict[str, bytes]:
     """The JSON files of the `compat` branch (recorded real checks), path -> bytes."""
-    head = call.hub.store.ref(repo, "branch", "compat")
+    head = call.hub.store.ref(repo, "branch", COMPAT_BRANCH)
     if head is None:
         return {}
     manifest = call.hub.store.manifest(repo, head)
@@ -114,9 +137,9 @@ async def kernel_page(call: Call):
     store = call.hub.store
     versions = sorted(
         (
-            (int(r.name[1:]), r.commit_id)
+            (n, r.commit_id)
             for r in store.refs(repo)
-            if r.kind == "branch" and is_version_branch(r.name)
+            if r.kind == "branch" and (n := version_of(r.name)) is not None
         ),
         reverse=True,
     )
@@ -137,7 +160,9 @@ async def kernel_page(call: Call):
             )
             + "</ul>"
         )
-        parts.extend(extra_sections(repo.repo_id, number, commit_id, manifest, read, compat))
+        parts.extend(
+            extra_sections(call.hub.extensions, repo.repo_id, number, commit_id, manifest, read, compat)
+        )
         parts.append(
             "<details><summary>Files</summary><ul>"
             + "".join(

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import re
 
+from registry.spec.names import KERNEL_REPO_TYPE, VERSION_LIKE, is_version_branch
+
 from .errors import HubError
 
-REPO_TYPES = {"kernels": "kernel", "models": "model"}  # URL prefix -> repo type
+REPO_TYPES = {"kernels": KERNEL_REPO_TYPE, "models": "model"}  # URL prefix -> repo type
 TYPE_PREFIX = {v: k for k, v in REPO_TYPES.items()}
 # Namespaces that would collide with URL prefixes of the API or the web pages.
 RESERVED_NAMESPACES = {"api", "kernels", "models", "datasets", "spaces", "static", "organizations"}
 
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
 _REF = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
-_VERSION_LIKE = re.compile(r"^v[0-9]")
-_VERSION = re.compile(r"^v(0|[1-9][0-9]*)$")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX_PREFIX = re.compile(r"^[0-9a-f]{5,40}$")
 MAX_PATH_BYTES = 1024
@@ -57,8 +57,8 @@ def ref_name(value: str, kind: str = "branch") -> str:
     """A branch or tag name, git-style; version-like branches must be canonical `vN`.
 
     `kernels` reads `int(name[1:])` for branches starting with `v`, so `v01` would collide with `v1`
-    and `v1_0` would mean 10 (hub-protocol.md §6): any branch starting with `v` and a digit must
-    match `v(0|[1-9][0-9]*)`.
+    and `v1_0` would mean 10 (docs/HUB_PROTOCOL.md): any branch starting with `v` and a digit must
+    be a canonical version branch (`registry.spec.names`).
     """
     bad = (
         not isinstance(value, str)
@@ -76,7 +76,7 @@ def ref_name(value: str, kind: str = "branch") -> str:
             f"invalid {kind} name {value!r}: use letters, digits, '.', '_', '-' and '/' (no '..', no "
             "leading/trailing '/' or '.', not 'refs/...', not a 40-hex commit id)",
         )
-    if kind == "branch" and _VERSION_LIKE.match(value) and not _VERSION.match(value):
+    if kind == "branch" and VERSION_LIKE.fullmatch(value) and not is_version_branch(value):
         raise HubError(
             "InvalidRevision",
             f"invalid version branch {value!r}: version branches must be 'v' + a number without leading "
@@ -84,10 +84,6 @@ def ref_name(value: str, kind: str = "branch") -> str:
             "10. Name other branches so they do not start with 'v' and a digit.",
         )
     return value
-
-
-def is_version_branch(name: str) -> bool:
-    return _VERSION.match(name) is not None
 
 
 def file_path(value: str) -> str:

@@ -38,6 +38,7 @@ class Hub:
     blobs: BlobStore
     config: HubConfig
     secret: bytes  # HMAC key of signed LFS upload URLs
+    extensions: tuple = ()  # pages.PageSection blocks added under each version of a kernel page
 
 
 class Call:

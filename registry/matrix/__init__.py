@@ -2,13 +2,15 @@
 
 Pure parts (`config`, `cells`, `records`, `render`, `plan`) turn build/matrix.toml + variant metadata +
 recorded checks into tables; `store` reads/writes the hub and `probe` runs a real check on this machine.
-The hub's kernel page embeds `render_html(matrix_from_files(...))`.
+The hub's kernel page shows `MatrixSection` (`render_html(matrix_from_files(...))`), wired by `kernel-hub serve`.
 """
+
+from registry.spec.names import COMPAT_BRANCH
 
 from .cells import Cell, Matrix, build_matrix
 from .config import MatrixConfig, MatrixEnv, load_config, parse_config
-from .files import matrix_from_files
-from .records import COMPAT_BRANCH, CheckRecord
+from .files import MatrixSection, matrix_from_files
+from .records import CheckRecord
 from .render import render_html, render_html_page, render_json, render_markdown
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "Matrix",
     "MatrixConfig",
     "MatrixEnv",
+    "MatrixSection",
     "build_matrix",
     "load_config",
     "matrix_from_files",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kernels.backends import CUDA
 from kernels.variants import NoarchVariant, parse_variant
 
-from registry.resolve import Resolution, Verdict, resolve_variant
+from registry.client.resolve import Resolution, Verdict, resolve_variant
 
 from .config import MatrixConfig, MatrixEnv
 from .records import CheckRecord

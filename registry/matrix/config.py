@@ -12,17 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+from registry.client.resolve import Env
+from registry.spec.build_matrix import MatrixConfigError, read_toml
 
-from registry.resolve import Env
+__all__ = ["AXES", "MatrixConfig", "MatrixConfigError", "MatrixEnv", "load_config", "parse_config"]
 
 AXES = ("gpu_arch", "torch", "cuda", "python", "cpu", "os")
 UNKNOWN_TRITON = "unknown"
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "build" / "matrix.toml"
-
-
-class MatrixConfigError(ValueError):
-    """build/matrix.toml is missing an axis or has a malformed entry; the message names it."""
 
 
 @dataclass(frozen=True, order=True)
@@ -57,7 +53,6 @@ class MatrixConfig:
     axes: Mapping[str, tuple[str, ...]]
     excludes: tuple[Exclude, ...]
     triton_for_torch: Mapping[str, str]
-    variants: Mapping[str, Mapping]
 
     def triton_for(self, torch: str) -> str:
         """Triton version the torch minor pins, or "unknown" (then only JIT, never an AOT cubin, fits)."""
@@ -110,16 +105,9 @@ def parse_config(data: Mapping) -> MatrixConfig:
         match = {a: _strings(v, f"{where}.{a}") for a, v in entry.items() if a != "reason"}
         excludes.append(Exclude(match, reason))
     triton = dict(envs.get("triton_for_torch", {}))
-    return MatrixConfig(axes, tuple(excludes), triton, dict(data.get("variants", {})))
+    return MatrixConfig(axes, tuple(excludes), triton)
 
 
 def load_config(path: Path | None = None) -> MatrixConfig:
-    """Read and parse build/matrix.toml (the repository's, unless `path` names another)."""
-    path = path or DEFAULT_CONFIG
-    try:
-        with open(path, "rb") as f:
-            return parse_config(tomllib.load(f))
-    except FileNotFoundError:
-        raise MatrixConfigError(
-            f"matrix file {path} does not exist; pass --matrix PATH to build/matrix.toml"
-        ) from None
+    """Read and parse build/matrix.toml (`path`, else the one `registry.spec.build_matrix.find_matrix` finds)."""
+    return parse_config(read_toml(path)[1])

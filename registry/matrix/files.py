@@ -2,16 +2,24 @@
 
 Pure: `read` returns a file's bytes at the version commit, `compat` maps `compat`-branch paths to
 bytes. Records that do not parse are skipped here (a web page must render), and named in the result.
+`MatrixSection` is the block the hub's kernel pages show, handed to `create_app(extensions=...)` by
+`kernel-hub serve`.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.spec.variant import variant_of
 
 from .cells import Matrix, build_matrix
 from .config import MatrixConfig, load_config
 from .records import RecordError, commit_dir, parse_record
+from .render import render_html
 
 
 def matrix_from_files(
@@ -28,10 +36,10 @@ def matrix_from_files(
     warnings: list[str] = []
     variants = {}
     for path in sorted(paths):
-        parts = path.split("/")
-        if len(parts) == 3 and parts[0] == "build" and parts[2] == "metadata.json":
+        name = variant_of(path)
+        if name is not None:
             try:
-                variants[parts[1]] = json.loads(read(path))
+                variants[name] = json.loads(read(path))
             except ValueError as e:
                 warnings.append(f"{path}: not JSON ({e})")
     records = []
@@ -46,3 +54,36 @@ def matrix_from_files(
         config or load_config(), repo=repo, version=version, commit=commit, variants=variants, records=records
     )
     return matrix, warnings
+
+
+@dataclass(frozen=True)
+class MatrixSection:
+    """The compatibility matrix under each version of a hub kernel page (a `registry.hub.pages.PageSection`).
+
+    The matrix file is read at every render, so a page shows why when it is missing or malformed.
+    """
+
+    matrix_path: Path | None = None  # None: build/matrix.toml of the server's working directory or a parent
+    title: str = "Compatibility matrix"
+
+    def __call__(
+        self,
+        *,
+        repo: str,
+        version: int,
+        commit: str,
+        paths: list[str],
+        read: Callable[[str], bytes],
+        compat: dict[str, bytes],
+    ) -> str:
+        matrix, warnings = matrix_from_files(
+            repo=repo,
+            version=version,
+            commit=commit,
+            paths=paths,
+            read=read,
+            compat=compat,
+            config=load_config(self.matrix_path),
+        )
+        notes = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+        return render_html(matrix) + (f"<ul>{notes}</ul>" if notes else "")

@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from kernels.variants import ArchVariant, parse_variant
 
-from .config import MatrixConfigError
+from registry.spec.arch import parse_sm
+from registry.spec.build_matrix import MatrixConfigError, parse_matrix
 
 # GitHub-hosted runners per CPU for CPU-only build steps (Triton AOT compiles without a GPU).
 BUILD_RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
@@ -19,13 +19,10 @@ BUILD_RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
 
 def torch_cuda_arch_list(archs: list[str], ptx: list[str]) -> str:
     """build/matrix.toml archs in torch's TORCH_CUDA_ARCH_LIST syntax: sm_90a -> 9.0a, PTX as +PTX."""
-    out = []
-    for a in archs:
-        m = re.fullmatch(r"sm_(\d+?)(\d)([af]?)", a)
-        if not m:
-            raise MatrixConfigError(f"build/matrix.toml: GPU arch {a!r} is not sm_<major><minor>[a|f]")
-        out.append(f"{m.group(1)}.{m.group(2)}{m.group(3)}" + ("+PTX" if a in ptx else ""))
-    return " ".join(out)
+    try:
+        return " ".join(parse_sm(a).dotted(ptx=a in ptx) for a in archs)
+    except ValueError as e:
+        raise MatrixConfigError(f"build/matrix.toml: {e}") from None
 
 
 def build_jobs(data: Mapping) -> list[dict]:
@@ -36,18 +33,13 @@ def build_jobs(data: Mapping) -> list[dict]:
     (SASS per arch + PTX) via TORCH_CUDA_ARCH_LIST, so arch-level jobs would only repeat setup.
     """
     jobs = []
-    for name, spec in sorted(data.get("variants", {}).items()):
-        kind = spec.get("kind")
-        archs, ptx = list(spec.get("archs", [])), list(spec.get("ptx", []))
-        job = {"variant": name, "kind": kind, "archs": " ".join(archs), "cpu": "x86_64"}
-        if kind == "cuda":
+    for spec in parse_matrix(data).variants:
+        name = spec.name
+        job = {"variant": name, "kind": spec.kind, "archs": " ".join(spec.archs), "cpu": "x86_64"}
+        if spec.kind == "cuda":
             v = parse_variant(name)
             job["cpu"] = v.arch.platform if isinstance(v, ArchVariant) else "x86_64"
-            job["torch_cuda_arch_list"] = torch_cuda_arch_list(archs, ptx)
-        elif kind != "triton":
-            raise MatrixConfigError(
-                f"build/matrix.toml: variant {name!r} has kind {kind!r}; use 'triton' or 'cuda'"
-            )
+            job["torch_cuda_arch_list"] = torch_cuda_arch_list(list(spec.archs), list(spec.ptx))
         if job["cpu"] not in BUILD_RUNNERS:
             raise MatrixConfigError(
                 f"build/matrix.toml: variant {name!r} targets CPU {job['cpu']!r}; runners exist "

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from registry.resolve import current_env
+from registry.client.resolve import current_env
 
 from .records import CheckRecord
 
@@ -55,7 +55,7 @@ def record_from_info(
 
 def probe(repo: str, version: int, commit: str, *, endpoint: str | None, token: str | None) -> CheckRecord:
     """Load `repo` v`version` here (fallback allowed), check it against eager, and describe what happened."""
-    from registry.loader import KernelLoadError, get_kernel
+    from registry import KernelLoadError, get_kernel
 
     env = current_env()
     started = time.monotonic()

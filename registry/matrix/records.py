@@ -13,12 +13,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from registry.resolve import Env
+from registry.client.resolve import Env
+from registry.errors import KernelHubError
 
 from .config import MatrixEnv
 
 SCHEMA = 1
-COMPAT_BRANCH = "compat"
 CHECKS_DIR = "checks"
 
 
@@ -91,8 +91,10 @@ class CheckRecord:
         return MatrixEnv(e.gpu_arch, _minor(e.torch), _minor(e.cuda), e.python, e.cpu, e.os)
 
 
-class RecordError(ValueError):
+class RecordError(KernelHubError, ValueError):
     """A file on the compat branch is not a check record this version understands."""
+
+    exit_code = 2  # `kernel-hub matrix`: a source error
 
 
 def parse_record(data: Mapping) -> CheckRecord:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from registry.resolve import parse_arch
+from registry.spec.arch import parse_arch
 
 from .cells import FAILED, FALLBACK_STATUS, STATUS_ORDER, VERIFIED, Cell, Matrix
 from .records import CheckRecord

@@ -12,36 +12,34 @@ from pathlib import Path
 from huggingface_hub import CommitOperationAdd, HfApi, RepoFolder
 from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
-from .records import COMPAT_BRANCH, CheckRecord, RecordError, commit_dir, parse_record, record_path
+from registry.errors import KernelHubError
+from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE
+from registry.spec.names import versions as version_heads
 
-REPO_TYPE = "kernel"
+from .records import CheckRecord, RecordError, commit_dir, parse_record, record_path
+
+REPO_TYPE = KERNEL_REPO_TYPE
 
 
-class MatrixSourceError(RuntimeError):
+class MatrixSourceError(KernelHubError, RuntimeError):
     """The hub does not have what the matrix needs (version, variants); the message says what to do."""
+
+    exit_code = 2  # `kernel-hub matrix`: a source error
 
 
 def version_commit(api: HfApi, repo: str, version: int) -> str:
     """Head commit of branch `v<version>`; raises MatrixSourceError listing the versions that exist."""
-    refs = api.list_repo_refs(repo, repo_type=REPO_TYPE)
-    branches = {b.name: b.target_commit for b in refs.branches}
-    name = f"v{version}"
-    if name not in branches:
-        have = sorted(
-            (b for b in branches if b[1:].isdigit() and b.startswith("v")), key=lambda b: int(b[1:])
-        )
-        raise MatrixSourceError(
-            f"{repo} has no version {version} (branch {name}); versions: {', '.join(have) or 'none'}"
-        )
-    return branches[name]
+    found = versions(api, repo)
+    if version not in found:
+        have = ", ".join(f"v{n}" for n in sorted(found)) or "none"
+        raise MatrixSourceError(f"{repo} has no version {version} (branch v{version}); versions: {have}")
+    return found[version]
 
 
 def versions(api: HfApi, repo: str) -> dict[int, str]:
-    """Every version branch `vN` -> its head commit."""
+    """Every canonical version branch `vN` -> its head commit (`v01` is not a version: spec.names)."""
     refs = api.list_repo_refs(repo, repo_type=REPO_TYPE)
-    return {
-        int(b.name[1:]): b.target_commit for b in refs.branches if b.name[:1] == "v" and b.name[1:].isdigit()
-    }
+    return version_heads({b.name: b.target_commit for b in refs.branches})
 
 
 def _read_json(api: HfApi, repo: str, path: str, revision: str, cache_dir: Path | None) -> dict:

@@ -60,8 +60,8 @@ def fixture_full_version() -> dict[str, dict]:
 @pytest.fixture(name="make_record")
 def fixture_make_record():
     """Factory for a CheckRecord of a machine (defaults: an H200 with torch 2.11 cu130, Python 3.12)."""
+    from registry.client.resolve import Env
     from registry.matrix.records import CheckRecord
-    from registry.resolve import Env
 
     def make(
         commit: str,

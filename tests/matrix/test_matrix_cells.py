@@ -73,7 +73,7 @@ def test_full_version_picks_stable_abi_on_x86_cu130_and_triton_elsewhere(full_ve
 
 
 def test_cells_follow_the_loaders_resolution_not_a_copy(full_version):
-    from registry.resolve import resolve_variant
+    from registry.client.resolve import resolve_variant
 
     e = env("sm_89", torch="2.12", cpu="aarch64")
     expected = resolve_variant(full_version, e.to_env(load_config().triton_for("2.12"))).chosen

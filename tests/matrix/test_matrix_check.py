@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.build import build
-from registry.publish import publish
+from registry.publisher.build import build
+from registry.publisher.publish import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 ORG = "mxorg"
@@ -32,7 +32,6 @@ def published(hub, tmp_path_factory):
         ROOT / "build" / "matrix.toml",
         aot=False,
         only=VARIANTS,
-        log=lambda *a: None,
     )
     result = publish(
         f"{ORG}/fused-mlp",
@@ -41,7 +40,6 @@ def published(hub, tmp_path_factory):
         endpoint=hub.url,
         token=token,
         key_path=work / "publisher.pem",
-        log=lambda *a: None,
     )
     return f"{ORG}/fused-mlp", result.commit, token, work
 
@@ -84,7 +82,7 @@ def test_check_on_the_gpu_records_a_passing_cell_for_the_chosen_variant(hub, pub
     repo, _, token, _ = published
     r = cli(hub, token, tmp_path / "g", repo, "--version", "1", "--check", "--format", "json")
     data = json.loads(r.stdout)
-    from registry.resolve import current_env
+    from registry.client.resolve import current_env
 
     env = current_env()
     checked = [c for c in data["cells"] if c["checks"]]

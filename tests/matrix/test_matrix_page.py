@@ -33,9 +33,9 @@ def page_repo(hub, tmp_path_factory):
     """mxpage/fused-mlp with v1 (sm_80 missing) and v2 (full), and a recorded check on v2."""
     from huggingface_hub import HfApi
 
+    from registry.client.resolve import Env
     from registry.matrix.records import CheckRecord
     from registry.matrix.store import write_record
-    from registry.resolve import Env
 
     stable = "torch-stable-abi211-cu130-x86_64-linux"
 

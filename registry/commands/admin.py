@@ -1,38 +1,22 @@
-"""`kernel-hub serve | token create | org create | key add`: the server and its admin commands.
+"""`kernel-hub token create | org create | key add`: the hub's admin commands.
 
-Admin commands open the same database as a running server (SQLite WAL), so they work live.
+They open the same database as a running server (SQLite WAL), so they work live.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import sys
+import logging
 from pathlib import Path
 
-from . import validate
-from .errors import HubError
+from registry.hub import validate
+from registry.hub.errors import HubError
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="run the hub HTTP server")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--data", type=Path, required=True, help="data directory (SQLite DB + blobs)")
-    p.add_argument("--public-url", help="absolute base URL clients use (default: from the request Host)")
-    p.add_argument("--page-size", type=int, default=1000, help="entries per tree/commits page")
-    p.add_argument(
-        "--lfs-threshold",
-        type=int,
-        default=None,
-        metavar="BYTES",
-        help="answer uploadMode=lfs for files of at least BYTES (publishers must then set "
-        "HF_HUB_DISABLE_XET=1); default: every file is uploaded inline",
-    )
-    p.add_argument("--max-commit-bytes", type=int, default=512 * 1024 * 1024)
-    p.add_argument("--log-level", default="warning")
-    p.set_defaults(func=_serve)
-
     tok = subparsers.add_parser("token", help="manage access tokens").add_subparsers(
         dest="token_cmd", required=True
     )
@@ -65,49 +49,25 @@ def register(subparsers) -> None:
 
 
 def _accounts(data: Path):
-    from .storage import db
-    from .storage.accounts import Accounts
+    from registry.hub.storage import db
+    from registry.hub.storage.accounts import Accounts
 
     return Accounts(db.connect(data))
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .app import create_app
-    from .web import HubConfig
-
-    config = HubConfig(
-        public_url=args.public_url,
-        page_size=args.page_size,
-        lfs_threshold=args.lfs_threshold,
-        max_commit_bytes=args.max_commit_bytes,
-    )
-    app = create_app(args.data, config=config)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    return 0
-
-
-def _checked(fn, *values) -> None:
-    try:
-        for v in values:
-            fn(v)
-    except HubError as e:
-        raise SystemExit(f"kernel-hub: {e.message}") from None
-
-
 def _token_create(args: argparse.Namespace) -> int:
-    _checked(validate.namespace, args.user, *args.write)
+    for name in (args.user, *args.write):
+        validate.namespace(name)
     print(_accounts(args.data).create_token(args.user, args.write))
     return 0
 
 
 def _org_create(args: argparse.Namespace) -> int:
-    _checked(validate.namespace, args.name, *args.member)
+    for name in (args.name, *args.member):
+        validate.namespace(name)
     _accounts(args.data).create_org(args.name, args.trusted, args.member)
-    print(
-        f"org {args.name}: trusted={args.trusted}, members added: {', '.join(args.member) or 'none'}",
-        file=sys.stderr,
+    log.info(
+        "org %s: trusted=%s, members added: %s", args.name, args.trusted, ", ".join(args.member) or "none"
     )
     return 0
 
@@ -127,10 +87,10 @@ def _read_public_key(path: Path) -> str:
 
 
 def _key_add(args: argparse.Namespace) -> int:
-    _checked(validate.namespace, args.namespace)
+    validate.namespace(args.namespace)
     try:
         key_id = _accounts(args.data).add_key(args.namespace, _read_public_key(args.public_key))
     except HubError as e:
-        raise SystemExit(f"kernel-hub: {args.public_key}: {e.message}") from None
+        raise HubError(e.kind, f"{args.public_key}: {e.message}") from None
     print(key_id)
     return 0

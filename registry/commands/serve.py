@@ -1,0 +1,50 @@
+"""`kernel-hub serve`: run the hub HTTP server, with the compatibility matrix on its kernel pages."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="run the hub HTTP server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--data", type=Path, required=True, help="data directory (SQLite DB + blobs)")
+    p.add_argument("--public-url", help="absolute base URL clients use (default: from the request Host)")
+    p.add_argument("--page-size", type=int, default=1000, help="entries per tree/commits page")
+    p.add_argument(
+        "--lfs-threshold",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="answer uploadMode=lfs for files of at least BYTES (publishers must then set "
+        "HF_HUB_DISABLE_XET=1); default: every file is uploaded inline",
+    )
+    p.add_argument("--max-commit-bytes", type=int, default=512 * 1024 * 1024)
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        help="build/matrix.toml whose environments the kernel pages' matrix shows "
+        "(default: ./build/matrix.toml, else the checkout's)",
+    )
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from registry.hub.app import create_app
+    from registry.hub.web import HubConfig
+    from registry.matrix.files import MatrixSection
+
+    config = HubConfig(
+        public_url=args.public_url,
+        page_size=args.page_size,
+        lfs_threshold=args.lfs_threshold,
+        max_commit_bytes=args.max_commit_bytes,
+    )
+    app = create_app(args.data, config=config, extensions=[MatrixSection(args.matrix)])
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0
