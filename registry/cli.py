@@ -1,30 +1,84 @@
-"""The `kernel-hub` command: one argparse tree; each sub-command lives in the module that owns it."""
+"""The `kernel-hub` command: one argparse tree; each sub-command lives in a module of `registry.commands`.
+
+Any `KernelHubError` a command raises is printed as one line `kernel-hub <command>: <message>` and
+exits with its `exit_code` (the traceback only with `--debug`). Progress goes through `logging`; this
+is where it is shown: plain lines on stderr, INFO by default, DEBUG with `--verbose`, WARNING with `--quiet`.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import logging
 import sys
+import traceback
 
-# Modules that add sub-commands: each defines `register(subparsers)`, and each parser it adds sets
-# `func=<callable(args) -> int>`. Imported lazily per run so `kernel-hub serve` never imports torch.
-COMMAND_MODULES = [
-    "registry.hub.commands",  # serve, token, org, key
-    "registry.commands",  # build, publish, variants, demo, matrix
-]
+from registry.errors import KernelHubError
+
+
+class _StderrHandler(logging.Handler):
+    """Writes each record as a plain line to the *current* sys.stderr (tests and callers may swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never break the command
+            self.handleError(record)
+
+
+def _add_output_flags(parser: argparse.ArgumentParser, default) -> None:
+    group = parser.add_argument_group("output")
+    noise = group.add_mutually_exclusive_group()
+    noise.add_argument("-v", "--verbose", action="store_true", default=default, help="show debug progress")
+    noise.add_argument("-q", "--quiet", action="store_true", default=default, help="show only warnings")
+    group.add_argument(
+        "--debug", action="store_true", default=default, help="print the traceback of a failed command"
+    )
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser):
+    """The parsers that run a command (no sub-commands below them)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for child in dict.fromkeys(action.choices.values()):
+            yield from _leaf_parsers(child)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernel-hub", description=__doc__)
+    from registry import commands  # every sub-command module imports its heavy parts only when it runs
+
+    parser = argparse.ArgumentParser(prog="kernel-hub", description=__doc__.split("\n\n")[0])
+    _add_output_flags(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    commands.register(sub)
+    for leaf in _leaf_parsers(parser):
+        if leaf is not parser:  # also accepted after the sub-command; SUPPRESS keeps the top-level value
+            _add_output_flags(leaf, argparse.SUPPRESS)
     return parser
+
+
+def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
+    """Progress of `registry.*` as plain lines on stderr (one handler, however often this is called)."""
+    logger = logging.getLogger("registry")
+    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(handler)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    setup_logging(args.verbose, args.quiet)
+    try:
+        return int(args.func(args) or 0)
+    except KernelHubError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"kernel-hub {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""Sub-commands of `kernel-hub` that are not the hub server: build, publish, variants, demo, matrix."""
+"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, build, publish, variants, demo, matrix).
+
+This is the layer that wires the parts together (e.g. `serve` hands the matrix page section to the hub).
+"""
 
 from __future__ import annotations
 
 import importlib
 
-# One module per sub-command, each with `register(subparsers)`.
-_MODULES: list[str] = ["build", "publish", "matrix", "variants", "demo"]
+# One module per sub-command (or family), each with `register(subparsers)`.
+_MODULES: list[str] = ["serve", "admin", "build", "publish", "matrix", "variants", "demo"]
 
 
 def register(subparsers) -> None:

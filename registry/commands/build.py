@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 
@@ -18,7 +17,9 @@ def register(subparsers) -> None:
         "--source", type=Path, default=Path("kernel_src/fused_mlp"), help="kernel package directory"
     )
     p.add_argument("--out", type=Path, default=Path("dist/fused-mlp"), help="dist directory (replaced)")
-    p.add_argument("--matrix", type=Path, default=Path("build/matrix.toml"), help="build matrix")
+    p.add_argument(
+        "--matrix", type=Path, help="build matrix (default: build/matrix.toml here or in a parent folder)"
+    )
     p.add_argument(
         "--variant",
         action="append",
@@ -45,21 +46,17 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from registry.build import BuildError, build
+    from registry.publisher.build import build
 
-    try:
-        result = build(
-            args.source,
-            args.out,
-            args.matrix,
-            only=args.variants,
-            aot=not args.no_aot,
-            aot_archs=tuple(args.archs) if args.archs else None,
-            require_cuda=args.require_cuda,
-        )
-    except BuildError as e:
-        print(f"kernel-hub build: {e}", file=sys.stderr)
-        return 1
+    result = build(
+        args.source,
+        args.out,
+        args.matrix,
+        only=args.variants,
+        aot=not args.no_aot,
+        aot_archs=tuple(args.archs) if args.archs else None,
+        require_cuda=args.require_cuda,
+    )
     for v in result.variants:
         where = f"  {v.path}" if v.path else ""
         print(f"{v.status:8} {v.name}{where}")

@@ -10,6 +10,7 @@ cache, server log) live in DIR/demo/.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import subprocess
@@ -36,7 +37,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--source", type=Path, default=Path("kernel_src/fused_mlp"), help="kernel package to build"
     )
-    p.add_argument("--matrix", type=Path, default=Path("build/matrix.toml"), help="build matrix")
+    p.add_argument(
+        "--matrix", type=Path, help="build matrix (default: build/matrix.toml here or in a parent folder)"
+    )
     p.add_argument("--no-aot", action="store_true", help="skip Triton AOT cubins (faster build, JIT on GPU)")
     p.add_argument(
         "--variant",
@@ -110,6 +113,18 @@ def embedded_hub(data: Path, log_path: Path):
             proc.wait()
 
 
+@contextmanager
+def _quiet(logger: str):
+    """Only warnings from `logger` meanwhile: the demo prints its own summary of each step."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
@@ -138,31 +153,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace, dist: Path) -> None:
-    from registry.build import BuildError, build
+    from registry.publisher.build import build
 
     _step(f"build {args.source} -> {dist}")
     t0 = time.perf_counter()
-    try:
+    with _quiet("registry.publisher"):
         result = build(
-            args.source,
-            dist,
-            args.matrix,
-            aot=not args.no_aot,
-            only=args.variants or DEFAULT_VARIANTS,
-            log=lambda *a: None,
+            args.source, dist, args.matrix, aot=not args.no_aot, only=args.variants or DEFAULT_VARIANTS
         )
-    except BuildError as e:
-        raise SystemExit(f"kernel-hub demo: build failed: {e}") from None
     for v in result.variants:
         print(f"  {v.status:8} {v.name}" + "".join(f"\n           {n}" for n in v.notes))
     print(f"  ({time.perf_counter() - t0:.1f} s)")
 
 
 def _publish(dist: Path, url: str, token: str, key: Path) -> None:
-    from registry.publish import publish
+    from registry.publisher.publish import publish
 
     _step(f"publish {REPO} v1 to {url}")
-    result = publish(REPO, dist, 1, endpoint=url, token=token, key_path=key, log=lambda *a: None)
+    with _quiet("registry.publisher"):
+        result = publish(REPO, dist, 1, endpoint=url, token=token, key_path=key)
     state = "unchanged (same content as the current v1)" if result.unchanged else f"v1 -> {result.commit}"
     print(f"  {state}; signed by key {result.key_id}; variants: {', '.join(result.variants)}")
 

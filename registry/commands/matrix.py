@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("md", "json", "html")
 
@@ -34,7 +37,11 @@ def register(subparsers) -> None:
     p.add_argument(
         "--token", help="token (default: $HF_TOKEN or the saved token); --check needs write access"
     )
-    p.add_argument("--matrix", type=Path, help="build/matrix.toml to read the environments from")
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        help="build/matrix.toml to read the environments from (default: the one here or in a parent folder)",
+    )
     p.add_argument("--output", type=Path, help="write the rendering here instead of stdout")
     p.set_defaults(func=run)
 
@@ -45,23 +52,18 @@ def register(subparsers) -> None:
         "(and CPU), or compat jobs per promised GPU arch with a runner.",
     )
     plan.add_argument("which", choices=("build", "compat"))
-    plan.add_argument("--matrix", type=Path, help="build/matrix.toml (default: the repository's)")
+    plan.add_argument(
+        "--matrix", type=Path, help="build/matrix.toml (default: the one here or in a parent folder)"
+    )
     plan.set_defaults(func=run_plan)
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    import tomllib
-
-    from registry.matrix.config import DEFAULT_CONFIG, MatrixConfigError
     from registry.matrix.plan import build_jobs, compat_jobs
+    from registry.spec.build_matrix import read_toml
 
-    path = args.matrix or DEFAULT_CONFIG
-    try:
-        data = tomllib.loads(path.read_text())
-        jobs = build_jobs(data) if args.which == "build" else compat_jobs(data)
-    except (OSError, tomllib.TOMLDecodeError, MatrixConfigError) as e:
-        print(f"kernel-hub matrix-plan: {path}: {e}", file=sys.stderr)
-        return 2
+    _, data = read_toml(args.matrix)
+    jobs = build_jobs(data) if args.which == "build" else compat_jobs(data)
     print(json.dumps({"include": jobs}, separators=(",", ":")))
     return 0
 
@@ -70,9 +72,8 @@ def run(args: argparse.Namespace) -> int:
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
+    from registry.errors import UsageError
     from registry.matrix import build_matrix, load_config, render_html_page, render_json, render_markdown
-    from registry.matrix.config import MatrixConfigError
-    from registry.matrix.records import RecordError
     from registry.matrix.store import (
         MatrixSourceError,
         check_records,
@@ -82,12 +83,11 @@ def run(args: argparse.Namespace) -> int:
     )
 
     api = HfApi(endpoint=args.endpoint, token=args.token)
+    config = load_config(args.matrix)
     try:
-        config = load_config(args.matrix)
         if args.version is None:
             if args.check:
-                print("kernel-hub matrix: --check needs --version N (the version to load)", file=sys.stderr)
-                return 2
+                raise UsageError("--check needs --version N (the version to load)")
             targets = sorted(versions(api, args.repo).items())
         else:
             targets = [(args.version, version_commit(api, args.repo, args.version))]
@@ -98,10 +98,12 @@ def run(args: argparse.Namespace) -> int:
             record = probe(args.repo, args.version, targets[0][1], endpoint=args.endpoint, token=args.token)
             url = write_record(api, args.repo, record)
             verdict = "passed" if record.passed else "FAILED"
-            print(
-                f"kernel-hub matrix: check {verdict} on {record.fingerprint} "
-                f"({record.variant or record.source}); recorded: {url}",
-                file=sys.stderr,
+            log.info(
+                "kernel-hub matrix: check %s on %s (%s); recorded: %s",
+                verdict,
+                record.fingerprint,
+                record.variant or record.source,
+                url,
             )
         matrices = [
             build_matrix(
@@ -114,14 +116,10 @@ def run(args: argparse.Namespace) -> int:
             )
             for n, commit in targets
         ]
-    except (MatrixConfigError, MatrixSourceError, RecordError, HfHubHTTPError) as e:
-        print(f"kernel-hub matrix: {e}", file=sys.stderr)
-        return 2
+    except HfHubHTTPError as e:  # the hub refused a request: a source error like a missing version
+        raise MatrixSourceError(str(e)) from e
     if not matrices:
-        print(
-            f"kernel-hub matrix: {args.repo} has no version branches (vN); publish one first", file=sys.stderr
-        )
-        return 2
+        raise MatrixSourceError(f"{args.repo} has no version branches (vN); publish one first")
     if args.format == "md":
         text = "\n".join(render_markdown(m) for m in matrices)
     elif args.format == "json":
@@ -138,5 +136,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     problems = [p for m in matrices for p in m.problems()]
     for p in problems:
-        print(f"kernel-hub matrix: broken promise: {p}", file=sys.stderr)
+        log.warning("kernel-hub matrix: broken promise: %s", p)
     return 1 if problems else 0

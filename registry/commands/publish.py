@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 
@@ -36,10 +35,11 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from huggingface_hub.errors import HfHubHTTPError
 
-    from registry.publish import PublishError, publish
+    from registry.publisher.errors import PublishError
+    from registry.publisher.publish import publish
 
     try:
-        publish(
+        result = publish(
             args.repo,
             args.dist,
             args.version,
@@ -49,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
             private=args.private,
             allow_dropping_variants=args.allow_dropping_variants,
         )
-    except (PublishError, HfHubHTTPError) as e:
-        print(f"kernel-hub publish: {e}", file=sys.stderr)
-        return 1
+    except HfHubHTTPError as e:  # the hub refused a request: said in the same one line as our own refusals
+        raise PublishError(str(e)) from e
+    print(
+        f"{result.repo_id} v{result.version} -> {result.commit}"
+        + (" (unchanged)" if result.unchanged else "")
+    )
     return 0

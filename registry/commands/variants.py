@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def register(subparsers) -> None:
@@ -31,17 +30,12 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from registry.fetch import FetchError, Hub, resolve_commit, variant_metadata
-    from registry.loader import trace_lines
-    from registry.resolve import current_env, resolve_variant
+    from registry.client.fetch import Hub, resolve_commit, variant_metadata
+    from registry.client.resolve import current_env, resolve_variant, trace_lines
 
     hub = Hub.from_env(args.endpoint, args.token)
-    try:
-        commit = resolve_commit(hub, args.repo, args.version, args.revision)
-        metas = variant_metadata(hub, args.repo, commit)
-    except FetchError as e:
-        print(f"kernel-hub variants: {e}", file=sys.stderr)
-        return 1
+    commit = resolve_commit(hub, args.repo, args.version, args.revision)
+    metas = variant_metadata(hub, args.repo, commit)
     env = current_env()
     res = resolve_variant(metas, env, backend=args.backend)
     if args.json:
