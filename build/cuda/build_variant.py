@@ -16,11 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import tomllib
 import zipfile
 from pathlib import Path
-
-import tomllib
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -12,9 +12,9 @@ the time torch.ops.load_library opens this file.
 
 import os
 import sys
+import tomllib
 from pathlib import Path
 
-import tomllib
 import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension

@@ -1,8 +1,8 @@
-"""Repo routes: create, delete, info (per revision). hub-protocol.md §3 rows 1-3."""
+"""Repo routes: create, delete, info (per revision). docs/HUB_PROTOCOL.md §2."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import validate
 from .errors import HubError
@@ -13,7 +13,7 @@ from .web import Call, ok
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _target(call: Call, body: dict) -> tuple[str, str, str]:

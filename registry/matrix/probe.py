@@ -59,7 +59,7 @@ def probe(repo: str, version: int, commit: str, *, endpoint: str | None, token: 
 
     env = current_env()
     started = time.monotonic()
-    checked_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    checked_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     try:
         module = get_kernel(
             repo, version=version, fallback="compile", check="always", endpoint=endpoint, token=token

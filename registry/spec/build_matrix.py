@@ -8,11 +8,10 @@ that has one (a checkout, run from any of its folders). Never relative to where 
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from registry.errors import KernelHubError
 

@@ -3,10 +3,10 @@ on symbol tables, the arch rule of the backend's availability check, and clear r
 toolchain is missing. Fast; needs neither nvcc nor a GPU."""
 
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "build" / "cuda"))

@@ -7,11 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "build" / "cuda"))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from registry.matrix.config import AXES, MatrixConfigError, load_config, parse_config
 from registry.matrix.plan import build_jobs, compat_jobs, torch_cuda_arch_list
