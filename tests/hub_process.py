@@ -12,9 +12,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from registry.commands.serve import HubNotServing, wait_until_serving
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,17 +53,12 @@ class HubProcess:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kernel-hub serve exited with {self.proc.returncode}: {self.log()}")
-            try:
-                urllib.request.urlopen(self.url + "/api/agent-harnesses", timeout=1).read()
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"kernel-hub serve did not answer on {self.url} within 60 s: {self.log()}")
+        try:
+            wait_until_serving(self.url, self.proc, timeout_s=60)
+        except HubNotServing as e:
+            self.stop()
+            raise RuntimeError(f"{e}: {self.log()}") from None
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

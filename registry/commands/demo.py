@@ -16,9 +16,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+
+from .serve import HubNotServing, wait_until_serving
 
 REPO = "org/fused-mlp"
 USER = "demo"
@@ -90,19 +91,10 @@ def embedded_hub(data: Path, log_path: Path):
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"kernel-hub serve exited with {proc.returncode}; see {log_path}")
-            try:
-                urllib.request.urlopen(f"{url}/api/agent-harnesses", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(
-                        f"kernel-hub serve did not answer on {url} within 30 s; see {log_path}"
-                    ) from None
-                time.sleep(0.1)
+        try:
+            wait_until_serving(url, proc, timeout_s=30)
+        except HubNotServing as e:
+            raise HubNotServing(f"{e}; see {log_path}") from None
         yield url
     finally:
         proc.terminate()

@@ -3,7 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
+
+from registry.errors import KernelHubError
+
+# The cheapest route every hub answers (huggingface_hub's telemetry probe): our readiness check.
+READY_PATH = "/api/agent-harnesses"
+
+
+class HubNotServing(KernelHubError):
+    """A `kernel-hub serve` process exited or did not answer in time."""
+
+
+def wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Return once the hub at `url` (run by `proc`) answers; HubNotServing if it exits or times out first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise HubNotServing(f"kernel-hub serve exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url + READY_PATH, timeout=1).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise HubNotServing(
+                    f"kernel-hub serve did not answer on {url} within {timeout_s:g} s"
+                ) from None
+            time.sleep(0.1)
 
 
 def register(subparsers) -> None:

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
 
+from registry.commands.serve import HubNotServing, wait_until_serving
 from registry.publisher import build as b
 from registry.publisher import publish
 from registry.spec import digest, signing
@@ -225,18 +225,13 @@ def plain_hub(tmp_path_factory):
             stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/api/agent-harnesses", timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    raise RuntimeError(
-                        f"plain hub did not start: {(data.parent / 'log').read_text()[-2000:]}"
-                    )
-                time.sleep(0.1)
+        try:
+            wait_until_serving(url, proc, timeout_s=60)
+        except HubNotServing as e:
+            proc.kill()
+            raise RuntimeError(
+                f"plain hub did not start ({e}): {(data.parent / 'log').read_text()[-2000:]}"
+            ) from None
         yield {"url": url, "data": data}
         proc.terminate()
         proc.wait(10)
