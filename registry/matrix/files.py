@@ -66,24 +66,8 @@ class MatrixSection:
     matrix_path: Path | None = None  # None: build/matrix.toml of the server's working directory or a parent
     title: str = "Compatibility matrix"
 
-    def __call__(
-        self,
-        *,
-        repo: str,
-        version: int,
-        commit: str,
-        paths: list[str],
-        read: Callable[[str], bytes],
-        compat: dict[str, bytes],
-    ) -> str:
-        matrix, warnings = matrix_from_files(
-            repo=repo,
-            version=version,
-            commit=commit,
-            paths=paths,
-            read=read,
-            compat=compat,
-            config=load_config(self.matrix_path),
-        )
+    def __call__(self, **page) -> str:
+        """`page`: the PageSection keywords (repo, version, commit, paths, read, compat), as matrix_from_files takes them."""
+        matrix, warnings = matrix_from_files(**page, config=load_config(self.matrix_path))
         notes = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
         return render_html(matrix) + (f"<ul>{notes}</ul>" if notes else "")
