@@ -1,6 +1,6 @@
 """`kernel-hub publish`: make a built dist version `vN` of a kernel repo, atomically and signed.
 
-Order of work (DESIGN.md §6): check the dist against its own digests → stage a copy with `version`
+Order of work (docs/ARCHITECTURE.md, CONTRACTS.md): check the dist against its own digests → stage a copy with `version`
 set and every `metadata.json` signed → refuse if the public API differs from the current `vN` head
 → upload the staged tree to a fresh branch `publish/<uuid>` (the stock client may split it into
 several commits) → check that branch's tree equals the staged tree → move `vN` to that commit in one
@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import shutil
 import tempfile
 import uuid
@@ -25,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
-from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status, validate_repo_id
+from huggingface_hub.utils.sha import git_hash  # the id the client compares with preupload's `oid`
 
 from registry.spec import digest, names, signing
 from registry.spec.variant import (
@@ -44,7 +44,6 @@ from .errors import ApiChanged, PublishError, VersionMoved
 log = logging.getLogger(__name__)
 
 REPO_TYPE = names.KERNEL_REPO_TYPE
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # A 404/405 on an extension route means "this server lacks the extension", unless it names a missing
 # revision or file. RepoNotFound is not trusted here: some servers answer unknown API routes with it, and
 # the repo was just seen; were it really gone, the Hub-API fallback fails with a precise error anyway.
@@ -79,10 +78,14 @@ def version_branch(version: int) -> str:
 
 
 def check_repo_id(repo_id: str) -> tuple[str, str]:
-    """(namespace, name) of an `org/name` repo id."""
-    if not _REPO_ID.match(repo_id):
-        raise PublishError(f"repo id {repo_id!r} must look like 'org/fused-mlp'")
-    ns, name = repo_id.split("/")
+    """(namespace, name) of an `org/name` repo id (the Hub's own rules; a kernel repo needs the namespace)."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        raise PublishError(f"repo id {repo_id!r} must look like 'org/fused-mlp' ({e})") from None
+    ns, slash, name = repo_id.partition("/")
+    if not slash:
+        raise PublishError(f"repo id {repo_id!r} must look like 'org/fused-mlp' (a namespace is needed)")
     return ns, name
 
 
@@ -111,11 +114,6 @@ def api_differences(old: Mapping, new: Mapping) -> list[str]:
         if n in old_all and old_sig.get(n) != new_sig.get(n)
     ]
     return diffs
-
-
-def git_blob_id(data: bytes) -> str:
-    """The id the Hub reports for a regular (non-LFS) file: git's blob sha1."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -198,7 +196,7 @@ def stage_signed(
     for path in sorted(p for p in stage.rglob("*") if p.is_file()):
         data = path.read_bytes()
         tree[path.relative_to(stage).as_posix()] = FileId(
-            len(data), git_blob_id(data), hashlib.sha256(data).hexdigest()
+            len(data), git_hash(data), hashlib.sha256(data).hexdigest()
         )
     return tree
 

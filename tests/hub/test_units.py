@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from huggingface_hub.utils.sha import git_hash
 
 from registry.hub import manifest as mf
 from registry.hub import validate
@@ -20,6 +21,8 @@ from registry.hub.storage.repos import RepoStore
 def test_git_blob_sha1_matches_git():
     # `printf 'hello\n' | git hash-object --stdin`
     assert git_blob_sha1(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
+    for data in (b"", b"hello\n", bytes(range(256)) * 9):  # what the stock client sends as `oid`
+        assert git_blob_sha1(data) == git_hash(data)
 
 
 @pytest.mark.parametrize(

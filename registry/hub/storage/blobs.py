@@ -16,7 +16,11 @@ from typing import BinaryIO
 
 
 def git_blob_sha1(data: bytes) -> str:
-    """The id git (and the Hub's ETag) gives a regular file: sha1 of `blob <len>\\0` + bytes."""
+    """The id git (and the Hub's ETag) gives a regular file: sha1 of `blob <len>\\0` + bytes.
+
+    The same function as huggingface_hub's `utils.sha.git_hash` (tests/hub/test_units.py holds them equal);
+    written here because the server never imports huggingface_hub.
+    """
     return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()
 
 
