@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 import types
 from collections.abc import Callable
@@ -21,7 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
+from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 
 # A correct kernel stays below these; a wrong epilogue, bias or scale lands orders of magnitude above.
@@ -254,7 +255,11 @@ def cache_key(commit: str, variant: str, device: str) -> str:
 
 
 class CheckCache:
-    """Passed checks in `<cache>/kernel-hub/checks.json`, replaced atomically on every write."""
+    """Passed checks in `<cache>/kernel-hub/checks.json`.
+
+    Writers (several processes may share a cache) hold `checks.json.lock` across read-modify-write, so no
+    pass is lost; the file is replaced atomically, so readers never take a lock.
+    """
 
     def __init__(self, cache_dir: Path):
         self.path = Path(cache_dir) / "kernel-hub" / "checks.json"
@@ -275,13 +280,11 @@ class CheckCache:
         )
 
     def put(self, key: str, result: CheckResult) -> None:
-        data = self._read()
-        data[key] = {k: v for k, v in result.to_dict().items() if k not in ("summary", "cached")}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checks-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, self.path)
+        with FileLock(self.path.with_name(self.path.name + ".lock")):
+            data = self._read()
+            data[key] = {k: v for k, v in result.to_dict().items() if k not in ("summary", "cached")}
+            write_atomic(self.path, json.dumps(data, indent=1).encode())
 
 
 def checked(

@@ -5,14 +5,13 @@ cache, so stock `kernels` and we share downloads. Offline (`HF_HUB_OFFLINE=1`) n
 network: versions come from the cache's `refs/vN` (which we write on every online resolution, since the
 HF client writes refs only for downloads made by branch name) or from the newest cached snapshot of
 that version, and a variant is read straight from its snapshot folder (stock `kernels` fails here:
-hub-protocol.md §9 gotcha 2). Environment variables are read at call time, not import time.
+docs/HUB_PROTOCOL.md §8). Environment variables are read at call time, not import time.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.hf_api import RepoFolder
 from huggingface_hub.utils import build_hf_headers, get_session
 
+from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 from registry.spec.names import COMMIT, KERNEL_REPO_TYPE, versions
 
@@ -88,16 +88,8 @@ def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | 
             commit = hub.api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision).sha
     except (HTTPError, OSError) as e:
         raise FetchError(f"cannot resolve {repo_id}@{ref} on {hub.endpoint}: {e}") from e
-    _write_ref(hub.repo_dir(repo_id) / "refs" / ref, commit)
+    write_atomic(hub.repo_dir(repo_id) / "refs" / ref, commit.encode())
     return commit
-
-
-def _write_ref(path: Path, commit: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ref-")
-    with os.fdopen(fd, "w") as f:
-        f.write(commit)
-    os.replace(tmp, path)
 
 
 def _cached_commit(hub: Hub, repo_id: str, ref: str, version: int | None) -> str:
@@ -216,7 +208,7 @@ def publisher_keys(hub: Hub, namespace: str) -> list[str]:
             return []
         if response is not None and response.status_code == 200:
             keys = [k["public_key"] for k in response.json().get("keys", [])]
-            _write_ref(cached, json.dumps(keys))
+            write_atomic(cached, json.dumps(keys).encode())
             return keys
     try:
         return list(json.loads(cached.read_text()))

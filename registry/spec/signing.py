@@ -11,13 +11,13 @@ import base64
 import binascii
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 
 
@@ -42,23 +42,13 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
 def save_private_key(key: Ed25519PrivateKey, path: str | os.PathLike) -> None:
     """Write `key` as PKCS#8 PEM, readable only by the owner (created exclusively: never overwrites).
 
-    The PEM is written to a private temp file and hard-linked into place, so a concurrent reader sees
-    either no file or the whole key, never a half-written one; a link onto an existing path fails.
+    A concurrent reader sees either no file or the whole key, never a half-written one; a concurrent
+    creator gets FileExistsError.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
+    write_atomic(Path(path), pem, replace=False)
 
 
 def default_key_path(namespace: str) -> Path:
