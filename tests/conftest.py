@@ -22,7 +22,7 @@ def point_clients_at(mp: pytest.MonkeyPatch, url: str, workdir: Path) -> dict[st
     """Point huggingface_hub and kernels at `url` with a fresh cache under `workdir` (through `mp`).
 
     huggingface_hub reads its environment once at import, so its constants are patched too.
-    Telemetry stays on: HF_HUB_DISABLE_TELEMETRY=1 breaks kernels 0.17.2 (hub-protocol.md §9.1).
+    Telemetry stays on: HF_HUB_DISABLE_TELEMETRY=1 breaks kernels 0.17.2 (docs/HUB_PROTOCOL.md §9.1).
     """
     home = workdir / "hf-home"
     values = {

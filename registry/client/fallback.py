@@ -1,6 +1,6 @@
 """The fallback: the package's own eager `reference` functions, as `torch.compile`d or plain callables.
 
-It has the same public API as every variant (DESIGN.md §3), so user code does not change when no
+It has the same public API as every variant (docs/CONTRACTS.md, Kernel package), so user code does not change when no
 kernel fits. Compiled functions mark every dim but the last of their activation inputs dynamic, so a
 new batch size or sequence length reuses the compiled graph instead of recompiling.
 """

@@ -1,6 +1,6 @@
 """`get_kernel`: the fastest verified, checked kernel variant for this machine, else the same API as a fallback.
 
-Steps (DESIGN.md §7): version -> commit (online refs, or the cache offline); every variant decided by
+Steps (docs/ARCHITECTURE.md): version -> commit (online refs, or the cache offline); every variant decided by
 `resolve.resolve_variant` (kernels' rules + GPU arch); the accepted ones, best first, are downloaded
 one at a time, their signature and digests verified before any import, imported under their unique
 `metadata.id`, and checked against the package's eager reference. The first that passes is returned.

@@ -1,5 +1,5 @@
 """Commit routes: commit listing, preupload, the NDJSON commit, validate-yaml.
-hub-protocol.md §3 rows 7-9 and 21, §4.
+docs/HUB_PROTOCOL.md §2-4.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def lfs_threshold(server_threshold: int | None, client_opts_in: bool) -> int | N
     """The size from which preupload answers `lfs`; None: every file goes inline (`regular`).
 
     The default clients switch to Xet for any `lfs` answer and this hub does not speak Xet
-    (hub-protocol.md §9.3), and nothing in a request says whether Xet is off. So LFS is opt-in:
+    (docs/HUB_PROTOCOL.md §4), and nothing in a request says whether Xet is off. So LFS is opt-in:
     per server (`serve --lfs-threshold`, its publishers set HF_HUB_DISABLE_XET=1) or per client
     (the `X-Kernel-Hub-Lfs: 1` header, sent by a client that has Xet off).
     """

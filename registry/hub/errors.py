@@ -1,6 +1,6 @@
 """One table from internal error kinds to the HTTP answer the stock clients understand.
 
-`huggingface_hub` picks its exception class from `X-Error-Code` first (hub-protocol.md §2), so every
+`huggingface_hub` picks its exception class from `X-Error-Code` first (docs/HUB_PROTOCOL.md §1), so every
 error carries one; the message goes into the JSON body `{"error": ...}` and `X-Error-Message`.
 """
 

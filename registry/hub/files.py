@@ -1,5 +1,5 @@
 """File routes: tree listings (paginated with `Link`), paths-info, and resolve HEAD/GET with Range.
-hub-protocol.md §3 rows 5, 6, 14, 15.
+docs/HUB_PROTOCOL.md §2 (tree, paths-info, resolve).
 """
 
 from __future__ import annotations

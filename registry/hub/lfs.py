@@ -1,5 +1,5 @@
 """Git LFS for publishers with HF_HUB_DISABLE_XET=1: batch, PUT to a signed URL, verify.
-hub-protocol.md §3 rows 10-12 (basic transfer only), and row 23 answered with a clear 501.
+docs/HUB_PROTOCOL.md §4 (basic transfer only); the Xet token route answers a clear 501.
 
 The PUT carries no credentials (gotcha 12), so the batch answer embeds an HMAC signature over
 (repo, oid, size, expiry) in the upload URL.

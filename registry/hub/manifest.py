@@ -1,5 +1,5 @@
 """Pure operations on a commit manifest (`{path: FileEntry}`): applying commit operations and
-listing a folder as tree entries in the JSON shape of hub-protocol.md §3 row 5.
+listing a folder as tree entries in the JSON shape of the tree endpoint (docs/HUB_PROTOCOL.md §2).
 """
 
 from __future__ import annotations

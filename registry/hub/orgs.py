@@ -1,5 +1,5 @@
 """Account routes: org overview with `trustedKernelPublisher` (every namespace answers, users too),
-whoami-v2, agent-harnesses, and the publisher-key extension. hub-protocol.md §3 rows 20, 22, 24.
+whoami-v2, agent-harnesses, and the publisher-key extension. docs/HUB_PROTOCOL.md §2 and §5.
 """
 
 from __future__ import annotations

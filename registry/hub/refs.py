@@ -1,5 +1,5 @@
 """Ref routes: list refs, create/delete branches and tags, and the `ref-update` CAS extension.
-hub-protocol.md §3 rows 4, 16-19; docs/CONTRACTS.md (ref-update).
+docs/HUB_PROTOCOL.md §2 and §5 (ref-update).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Routing on the raw request path, split first and percent-decoded per segment.
 
 The clients quote revisions and tree paths with `safe=""`, so `refs%2Fheads%2Fv1` is ONE segment
-(hub-protocol.md §2); Starlette's decoded `path` would turn it into three. Patterns are lists of
+(docs/HUB_PROTOCOL.md §1); Starlette's decoded `path` would turn it into three. Patterns are lists of
 segments: a literal, `{name}` (one segment) or `{name:path}` (the rest, joined by '/', maybe empty).
 """
 

@@ -1,4 +1,4 @@
-"""Per-file sha256 digests of a build variant, by the rules `kernels` uses (hub-protocol.md §7).
+"""Per-file sha256 digests of a build variant, by the rules `kernels` uses (docs/HUB_PROTOCOL.md §7).
 
 Pure functions over a directory: the builder writes the result into `metadata.json["digest"]`, the
 loader re-hashes a downloaded variant and compares. Values are standard padded base64 of the raw

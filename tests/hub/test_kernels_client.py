@@ -1,5 +1,5 @@
 """The unmodified `kernels` client against a real hub: version resolution, variant choice, import,
-and the trusted-publisher check (hub-protocol.md §6-8)."""
+and the trusted-publisher check (docs/HUB_PROTOCOL.md §2, §6, §7)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The unmodified huggingface_hub client against a real `kernel-hub serve`: upload, refs, listing,
-download, deletion and the stale-parent refusal (hub-protocol.md §3-5)."""
+download, deletion and the stale-parent refusal (docs/HUB_PROTOCOL.md §2-4)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Storage of the hub: SQL metadata (SQLAlchemy Core) and content-addressed blobs on disk (DESIGN.md §5)."""
+"""Storage of the hub: SQL metadata (SQLAlchemy Core) and content-addressed blobs on disk (registry/hub/README.md)."""
