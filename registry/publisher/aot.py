@@ -1,6 +1,6 @@
 """Triton AOT cubins for a variant: the build interpreter, compiling per arch, and what the cubins really hold.
 
-The kernel package compiles its own kernels (`<package>.triton.aot.compile_all`, no GPU needed); this
+The kernel package compiles its own kernels (`<package>.triton.aot_build.compile_all`, no GPU needed); this
 module runs it in a subprocess of the build interpreter (so build-time imports never leak into the
 caller), decides whether the installed Triton may ship cubins at all, and reads each folder's SASS arch
 back with Triton's bundled cuobjdump (Triton emits `sm_120a` for `sm_120`).
@@ -134,8 +134,8 @@ def run_python(python: str, code: str, cwd: Path, what: str, env: Mapping[str, s
 _AOT_SCRIPT = """
 import json, sys
 sys.path.insert(0, ".")
-from {pkg}.triton import aot
-written = aot.compile_all({out!r}, {arch!r}, {triton!r}, **{kwargs!r})
+from {pkg}.triton import aot_build
+written = aot_build.compile_all({out!r}, {arch!r}, {triton!r}, **{kwargs!r})
 print(json.dumps(len(written)))
 """
 
@@ -149,7 +149,7 @@ def compile_cubins(
     env: Mapping[str, str],
     aot_kwargs: Mapping | None = None,
 ) -> tuple[list[str], list[str]]:
-    """AOT-compile the package's Triton kernels per arch via `<package>.triton.aot.compile_all` (no GPU needed).
+    """AOT-compile the package's Triton kernels per arch via `<package>.triton.aot_build.compile_all` (no GPU needed).
 
     Returns (the SASS arch each folder really holds, notes). `aot_kwargs` go to compile_all as is (e.g.
     `dtypes`, `kernels`, `jobs`: narrower builds for tests).
@@ -166,7 +166,7 @@ def compile_cubins(
         )
         if not n:
             raise BuildError(
-                f"aot.compile_all wrote no cubins for {arch}: the kernel package ships no AOT specs"
+                f"aot_build.compile_all wrote no cubins for {arch}: the kernel package ships no AOT specs"
             )
         actual, note = shipped_arch(out_dir / triton_version / arch, arch, cuobjdump)
         shipped.append(actual)

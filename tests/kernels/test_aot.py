@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import triton
-from fused_mlp.triton import aot
+from fused_mlp.triton import aot, aot_build
+from fused_mlp.triton.configs import AOT_ARCHS
 
 KERNEL_SRC = Path(__file__).resolve().parents[2] / "kernel_src"
 
@@ -19,8 +20,8 @@ def _compile_in_subprocess(out_dir: Path, arch: str, kernels: list[str]) -> list
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(out_dir.parent / "triton-cache")
     code = (
-        "import json, sys; from pathlib import Path; from fused_mlp.triton import aot; "
-        f"print(json.dumps([str(p) for p in aot.compile_all(Path({str(out_dir)!r}), {arch!r}, "
+        "import json, sys; from pathlib import Path; from fused_mlp.triton import aot_build; "
+        f"print(json.dumps([str(p) for p in aot_build.compile_all(Path({str(out_dir)!r}), {arch!r}, "
         f"kernels={kernels!r}, dtypes=['fp16'], jobs=2)]))"
     )
     proc = subprocess.run(
@@ -40,16 +41,19 @@ def _compile_in_subprocess(out_dir: Path, arch: str, kernels: list[str]) -> list
 def test_compile_all_writes_indexed_cubins(tmp_path, arch):
     out = tmp_path / "cubins"
     written = _compile_in_subprocess(out, arch, ["act_and_mul_kernel"])
-    wanted = [s for s in aot.shipped_specs(arch, ["fp16"]) if s.kernel == "act_and_mul_kernel"]
+    wanted = [s for s in aot_build.shipped_specs(arch, ["fp16"]) if s.kernel == "act_and_mul_kernel"]
     assert len(written) == 2 * len(wanted)
     assert all(Path(p).parent == out / triton.__version__ / arch for p in written)
     cubin = next(Path(p) for p in written if p.endswith(".cubin"))
     assert cubin.read_bytes()[:4] == b"\x7fELF"
     meta = json.loads(cubin.with_suffix(".json").read_text())
     assert (
-        meta["target"]["arch"] == aot.AOT_ARCHS[arch]
-        and meta["fused_mlp_spec"]["kernel"] == "act_and_mul_kernel"
+        meta["target"]["arch"] == AOT_ARCHS[arch] and meta["fused_mlp_spec"]["kernel"] == "act_and_mul_kernel"
     )
+    # launchers outside Python read the family's params from here (docs/CONTRACTS.md "Kernel families")
+    assert meta["fused_mlp_spec"]["params"] == [
+        list(p) for p in aot_build.kernel_defs()["act_and_mul_kernel"].params
+    ]
     # no path of the build machine in what ships (reproducible digests across machines)
     assert all("/" not in path for _, path in meta["extern_libs"]) and str(tmp_path) not in json.dumps(meta)
     index = aot.load_index(out, triton.__version__, arch)
@@ -59,9 +63,9 @@ def test_compile_all_writes_indexed_cubins(tmp_path, arch):
 
 def test_compile_all_refuses_other_triton_version(tmp_path):
     with pytest.raises(RuntimeError, match="triton==9.9.9"):
-        aot.compile_all(tmp_path, "sm_90a", "9.9.9")
+        aot_build.compile_all(tmp_path, "sm_90a", "9.9.9")
 
 
 def test_compile_all_refuses_unknown_arch(tmp_path):
     with pytest.raises(ValueError, match="sm_75"):
-        aot.compile_all(tmp_path, "sm_75")
+        aot_build.compile_all(tmp_path, "sm_75")

@@ -184,13 +184,14 @@ def test_ops_capture_inside_user_cuda_graph():
 def test_aot_cubin_matches_jit(tmp_path, monkeypatch):
     """Compile one config AOT, launch the cubin through the loader path, compare with the JIT result."""
     import triton
-    from fused_mlp.triton import aot, forward
+    from fused_mlp.triton import aot, aot_build, forward
+    from fused_mlp.triton.configs import AOT_ARCHS
     from fused_mlp.triton.linear import LINEAR
 
     arch = forward.device_arch(torch.empty(1, device=DEV))
-    if arch not in aot.AOT_ARCHS:
+    if arch not in AOT_ARCHS:
         pytest.skip(f"no AOT target for {arch}")
-    aot.compile_all(tmp_path, arch, kernels=["linear_kernel"], dtypes=["bf16"], jobs=8)
+    aot_build.compile_all(tmp_path, arch, kernels=["linear_kernel"], dtypes=["bf16"], jobs=8)
     index = aot.load_index(tmp_path, triton.__version__, arch)
     x, w = (
         randn(256, 1024, dtype=torch.bfloat16, device=DEV),

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from .activations import activate, activate_grad
-from .launch import KernelDef
+from .specs import KernelDef
 
 
 @triton.jit

@@ -12,7 +12,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .activations import activate
-from .launch import KernelDef
+from .specs import KernelDef
 from .tiles import mma, tile_ids
 
 

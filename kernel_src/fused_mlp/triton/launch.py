@@ -2,27 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from . import aot
-
-
-@dataclass(frozen=True)
-class KernelDef:
-    """A Triton kernel plus its parameter list: runtime params as (name, kind), then constexpr names.
-
-    kind is "ptr" (tensor in the op's dtype), "i32", or "i32:16" (AOT cubins assume a multiple of 16;
-    a launch whose value is not one uses the JIT).
-    """
-
-    fn: Any
-    params: tuple[tuple[str, str], ...]
-    constexprs: tuple[str, ...]
-
-    @property
-    def name(self) -> str:
-        return self.fn.__name__ if hasattr(self.fn, "__name__") else self.fn.fn.__name__
+from .specs import KernelDef
 
 
 def launch(
