@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hub_process import REPO_ROOT, HubProcess, free_port  # noqa: F401  (re-exported for tests)
+from hub_process import REPO_ROOT, HubProcess  # noqa: F401  (re-exported for tests)
 
 
 @pytest.fixture(scope="session")

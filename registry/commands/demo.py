@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .serve import HubNotServing, wait_until_serving
+from .serve import ServeProcess
 
 REPO = "org/fused-mlp"
 USER = "demo"
@@ -52,12 +51,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def hub_admin(*args: str) -> str:
     """Run a `kernel-hub` admin sub-command in a subprocess; its stdout, or SystemExit with its stderr."""
     proc = subprocess.run(
@@ -71,38 +64,11 @@ def hub_admin(*args: str) -> str:
 @contextmanager
 def embedded_hub(data: Path, log_path: Path):
     """A `kernel-hub serve` subprocess on a free port; yields its URL and stops it on exit."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "registry.cli",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--data",
-                str(data),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    hub = ServeProcess(data, log_path=log_path).start(timeout_s=30)
     try:
-        try:
-            wait_until_serving(url, proc, timeout_s=30)
-        except HubNotServing as e:
-            raise HubNotServing(f"{e}; see {log_path}") from None
-        yield url
+        yield hub.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        hub.stop()
 
 
 @contextmanager

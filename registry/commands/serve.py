@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from registry.errors import KernelHubError
@@ -16,6 +19,70 @@ READY_PATH = "/api/agent-harnesses"
 
 class HubNotServing(KernelHubError):
     """A `kernel-hub serve` process exited or did not answer in time."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeProcess:
+    """`kernel-hub serve` as a child process on a free 127.0.0.1 port (the demo, tests, benchmarks).
+
+    Its output goes to `log_path` (default: `<data>-<port>.log` beside the data folder).
+    """
+
+    def __init__(
+        self,
+        data: Path,
+        *extra_args: str,
+        log_path: Path | None = None,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ):
+        self.data_dir = Path(data)
+        self.extra_args = list(extra_args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}-{self.port}.log"
+        self.cwd, self.env = cwd, env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60) -> ServeProcess:
+        """Start it and wait until it answers; HubNotServing (naming the log) if it does not."""
+        argv = [
+            sys.executable,
+            "-m",
+            "registry.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        argv += ["--data", str(self.data_dir), *self.extra_args]
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            wait_until_serving(self.url, self.proc, timeout_s)
+        except HubNotServing as e:
+            self.stop()
+            raise HubNotServing(f"{e}; see {self.log_path}") from None
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
 
 
 def wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:

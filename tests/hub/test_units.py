@@ -135,3 +135,31 @@ def test_concurrent_commits_all_land_through_cas(tmp_path):
     head = store.ref(repo, "branch", "main")
     assert set(store.manifest(repo, head)) == {f"f{i}.txt" for i in range(12)}
     assert len(store.history(repo, head)) == 13  # every commit is in the linear history
+
+
+def test_page_sections_come_by_injection_and_a_failing_one_becomes_a_note():
+    from registry.hub import pages
+
+    seen = []
+
+    def good(**page):
+        seen.append(page)
+        return "<section>ok</section>"
+
+    def bad(**page):
+        raise ValueError("no <matrix> file")
+
+    bad.title = "Compatibility matrix"
+    read = {"build/v/metadata.json": b"{}"}.__getitem__
+    out = pages.extra_sections((good, bad), "org/k", 3, "a" * 40, {"build/v/metadata.json": None}, read, {})
+    assert out == ["<section>ok</section>", "<p>Compatibility matrix unavailable: no &lt;matrix&gt; file</p>"]
+    assert seen == [
+        {
+            "repo": "org/k",
+            "version": 3,
+            "commit": "a" * 40,
+            "paths": ["build/v/metadata.json"],
+            "read": read,
+            "compat": {},
+        }
+    ]

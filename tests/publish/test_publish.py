@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
 
-from registry.commands.serve import HubNotServing, wait_until_serving
+from registry.commands.serve import HubNotServing, free_port, wait_until_serving
 from registry.publisher import build as b
 from registry.publisher import publish
 from registry.spec import digest, signing
@@ -213,8 +213,6 @@ uvicorn.run(hub_app.create_app(sys.argv[1]), host="127.0.0.1", port=int(sys.argv
 
 @pytest.fixture(scope="module")
 def plain_hub(tmp_path_factory):
-    from hub_process import free_port  # tests/hub_process.py (pytest puts tests/ on sys.path)
-
     data = tmp_path_factory.mktemp("plain-hub") / "data"
     port, url = free_port(), ""
     with open(data.parent / "log", "wb") as log:
