@@ -20,7 +20,7 @@ def act_and_mul_kernel(g_ptr, u_ptr, out_ptr, n, ACT: tl.constexpr, BLOCK: tl.co
 
 ACT_AND_MUL = KernelDef(
     fn=act_and_mul_kernel,
-    params=(("g_ptr", "ptr"), ("u_ptr", "ptr"), ("out_ptr", "ptr"), ("n", "i32")),
+    params=(("g_ptr", "ptr"), ("u_ptr", "ptr"), ("out_ptr", "ptr"), ("n", "i32:16")),
     constexprs=("ACT", "BLOCK"),
 )
 

@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import triton
@@ -31,26 +32,45 @@ def kernel_defs() -> dict[str, KernelDef]:
     return {k.name: k for k in (LINEAR_KERNEL, GATE_UP_KERNEL, ACT_AND_MUL)}
 
 
-def shipped_specs(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[AotSpec]:
-    """Every inference-forward specialization we ship for `arch`: each config of the arch's tables,
-    each activation, with/without bias, K a multiple of BK (EVEN_K). Backward kernels use the JIT."""
-    specs = []
+@dataclass(frozen=True)
+class ShippedRow:
+    """One shipped spec as a launcher selects it: the config-table row it serves (M <= max_rows; None =
+    any), its activation code and bias flag. The CUDA variant's build compiles these into its cubin table."""
+
+    spec: AotSpec
+    max_rows: int | None
+    act: int
+    has_bias: bool
+
+
+def shipped_rows(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[ShippedRow]:
+    """Every inference-forward specialization we ship for `arch`, per config-table row: each config of the
+    arch's tables, each activation, with/without bias, K a multiple of BK (EVEN_K). Backward kernels JIT."""
+    rows = []
     for dtype in dtypes:
         for bound, cfg in table_rows(LINEAR, arch):
             pdl = uses_pdl(arch, bound or 1 << 30)
             for act in _ACTS:
                 for has_bias in (True, False):
                     consts = (has_bias, act, True, False, "tf32", pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
-                    specs.append(AotSpec("linear_kernel", dtype, consts, cfg.num_warps, cfg.num_stages))
+                    spec = AotSpec("linear_kernel", dtype, consts, cfg.num_warps, cfg.num_stages)
+                    rows.append(ShippedRow(spec, bound, act, has_bias))
         for bound, cfg in table_rows(GATE_UP, arch):
             pdl = uses_pdl(arch, bound or 1 << 30)
             for act in _GATED_ACTS:
                 consts = (act, True, False, "tf32", pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
-                specs.append(AotSpec("gate_up_kernel", dtype, consts, cfg.num_warps, cfg.num_stages))
+                spec = AotSpec("gate_up_kernel", dtype, consts, cfg.num_warps, cfg.num_stages)
+                rows.append(ShippedRow(spec, bound, act, False))
         ew = elementwise_config(arch)
         for act in _ACTS:
-            specs.append(AotSpec("act_and_mul_kernel", dtype, (act, ew.BLOCK), ew.num_warps, 1))
-    return list(dict.fromkeys(specs))
+            spec = AotSpec("act_and_mul_kernel", dtype, (act, ew.BLOCK), ew.num_warps, 1)
+            rows.append(ShippedRow(spec, None, act, False))
+    return rows
+
+
+def shipped_specs(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[AotSpec]:
+    """The distinct specs of `shipped_rows` (what compile_all compiles)."""
+    return list(dict.fromkeys(row.spec for row in shipped_rows(arch, dtypes)))
 
 
 def compile_spec(spec: AotSpec, arch: str, folder: Path) -> list[Path]:
