@@ -1,10 +1,11 @@
 """Build the `torch-stable-abi211-cu130-x86_64-linux` variant's CUDA extension on a machine without a GPU.
 
-`build_cuda_variant(package_dir, out_dir, matrix, python)` compiles kernel_src's CUDA sources with nvcc
-against CUDA torch headers (torch stable ABI, abi3), makes a wheel, repairs it to manylinux_2_28 with
-auditwheel (torch and CUDA libraries excluded), checks the ABI and arch rules (abi_check.py) and puts
-`_C.abi3.so` plus `build.json` into `package_dir/cuda/`. The builder (`kernel-hub build`) calls it;
-`python build/cuda/build_variant.py` runs it by hand (defaults build the source tree in place).
+`build_cuda_variant(package_dir, out_dir, matrix, python)` compiles the Triton kernels that the package's
+path table (`fused_mlp/cuda/paths.py`) runs ahead of time and embeds their cubins (embed_cubins.py), compiles
+kernel_src's CUDA sources with nvcc against CUDA torch headers (torch stable ABI, abi3), makes a wheel,
+repairs it to manylinux_2_28 with auditwheel (torch and CUDA libraries excluded), checks the ABI and arch
+rules (abi_check.py) and puts `_C.abi3.so` plus `build.json` into `package_dir/cuda/`. The builder
+(`kernel-hub build`) calls it; `python build/cuda/build_variant.py` runs it by hand.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import abi_check
+import embed_cubins
 
 VARIANT = "torch-stable-abi211-cu130-x86_64-linux"
 SO_IN_WHEEL = "fused_mlp/cuda/_C.abi3.so"
@@ -49,6 +51,19 @@ class CudaPlan:
 
 
 @dataclass(frozen=True)
+class TritonAot:
+    """How Triton kernels get into the extension. `python`: an interpreter with Triton and torch (default:
+    this one when it has Triton, else the repository's .venv); `reuse`: a folder of compile_all output
+    (<triton>/<arch>/...) whose cubins are taken instead of compiling them again; `archs`: limit to these
+    (default: every matrix arch the path table runs Triton kernels on); `dtypes`: cubin dtypes."""
+
+    python: str | None = None
+    reuse: Path | None = None
+    archs: tuple[str, ...] | None = None
+    dtypes: tuple[str, ...] = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
 class Toolchain:
     cuda_home: Path
     python: str  # has CUDA torch (headers + libraries to link), auditwheel, kernel_abi_check
@@ -66,6 +81,17 @@ def cuda_plan(matrix: dict) -> CudaPlan:
     if not set(ptx) <= set(archs):
         raise CudaBuildError(f"[variants.{VARIANT}] ptx {list(ptx)} must be a subset of archs {list(archs)}")
     return CudaPlan(archs, ptx, str(spec["torch_target"]), str(spec["cuda"]))
+
+
+def restrict_plan(plan: CudaPlan, archs: tuple[str, ...] | None) -> CudaPlan:
+    """The plan limited to `archs` (None: unchanged); an arch the matrix does not build is an error."""
+    if archs is None:
+        return plan
+    unknown = sorted(set(archs) - set(plan.archs))
+    if unknown:
+        raise CudaBuildError(f"arch(s) {unknown} are not in [variants.{VARIANT}] archs {list(plan.archs)}")
+    keep = tuple(a for a in plan.archs if a in archs)
+    return CudaPlan(keep, tuple(a for a in plan.ptx if a in keep), plan.torch_target, plan.cuda)
 
 
 def torch_arch_list(plan: CudaPlan) -> str:
@@ -97,7 +123,8 @@ def read_namespace(package_dir: Path) -> str:
 
 
 def extension_env(package_dir: Path, plan: CudaPlan) -> dict[str, str]:
-    """The variables setup.py reads: sources, op namespace, torch target and arch list of this build."""
+    """The variables setup.py reads: sources, op namespace, torch target and arch list of this build
+    (FUSED_MLP_GEN, the generated cubin table, is added by build_cuda_variant)."""
     return {
         "FUSED_MLP_CSRC": str(Path(package_dir) / "cuda" / "csrc"),
         "FUSED_MLP_NS": read_namespace(Path(package_dir)),
@@ -176,15 +203,77 @@ def _run(cmd: list[str], env: dict, cwd: Path, what: str) -> None:
         raise CudaBuildError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(errors + lines[-25:]))
 
 
-def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: str | None) -> Path:
+def triton_python(wanted: str | None) -> str | None:
+    """A python that has Triton for the AOT compile: `wanted`, this one, or the repository's .venv; None if none."""
+    for cand in (wanted, sys.executable, str(REPO / ".venv" / "bin" / "python")):
+        if (
+            cand
+            and subprocess.run(
+                [cand, "-c", "import triton, torch"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
+            return cand
+    return None
+
+
+def embed_triton(
+    package_dir: Path, work: Path, plan: CudaPlan, aot: TritonAot | None, cuobjdump: str
+) -> dict:
+    """Write work/gen/triton_table.gen.cpp (cubins + path table); returns the build.json record of it."""
+    paths = embed_cubins.load_paths(package_dir)
+    archs = [a for a in plan.archs if aot is None or aot.archs is None or a in aot.archs]
+    want = embed_cubins.wanted_kernels(paths, archs)
+    gen = work / "gen"
+    shutil.rmtree(gen, ignore_errors=True)
+    rows, note = None, ""
+    if aot is None:
+        note = "Triton kernels not embedded (AOT off): every step runs its cuBLASLt/CUDA fallback"
+    elif not want:
+        note = f"the path table runs no Triton kernel on {', '.join(archs)}: none embedded"
+    else:
+        py = triton_python(aot.python)
+        if py is None:
+            note = ("Triton kernels not embedded: no python with triton and torch found (pass TritonAot.python); "
+                    "every step runs its cuBLASLt/CUDA fallback")  # fmt: skip
+        else:
+            try:
+                rows = embed_cubins.aot_rows(
+                    package_dir, py, want, work / "cubins", reuse=aot.reuse, dtypes=aot.dtypes
+                )
+            except embed_cubins.EmbedError as exc:
+                raise CudaBuildError(str(exc)) from None
+            how = [f"compiled for {', '.join(rows['compiled'])}"] * bool(rows["compiled"]) + [
+                f"reused for {', '.join(rows['reused'])}"
+            ] * bool(rows["reused"])
+            note = f"Triton {rows['triton']} cubins ({'; '.join(how)}) of {', '.join(sorted({k for v in want.values() for k in v}))}"
+    try:
+        summary = embed_cubins.write_sources(gen, package_dir, rows, cuobjdump, note)
+    except embed_cubins.EmbedError as exc:
+        raise CudaBuildError(str(exc)) from None
+    return {"version": summary.triton, "archs": list(summary.archs), "cubins": summary.cubins,
+            "entries": summary.entries, "note": summary.note}  # fmt: skip
+
+
+def build_cuda_variant(
+    package_dir: Path,
+    out_dir: Path,
+    matrix: dict,
+    python: str | None,
+    *,
+    triton: TritonAot | None = TritonAot(),
+    archs: tuple[str, ...] | None = None,
+) -> Path:
     """Compile, repair and check the extension; put `_C.abi3.so` and `build.json` into `package_dir/cuda/`.
 
     package_dir: the variant's staged `fused_mlp` package (its `_build_info.py` names the op namespace,
     `cuda/csrc/` holds the sources). out_dir: scratch for build files and the wheels (kept as CI
     artifacts). matrix: parsed build/matrix.toml. python: a python with a CUDA 13 torch, or None to use
-    $KERNEL_HUB_CUDA_PYTHON / .venv-cuda. Returns the placed .so path.
+    $KERNEL_HUB_CUDA_PYTHON / .venv-cuda. triton: how Triton cubins get embedded (None: not at all; then
+    the path table's Triton rows run their fallbacks). archs: build only these of the matrix's archs (a
+    smaller .so for one GPU; build.json records them). Returns the placed .so path.
     """
-    plan = cuda_plan(matrix)
+    plan = restrict_plan(cuda_plan(matrix), archs)
     tools = find_toolchain(python, plan.cuda.split(".")[0])
     package_dir, out_dir = Path(package_dir).resolve(), Path(out_dir).resolve()
     ext_env = extension_env(package_dir, plan)
@@ -192,6 +281,8 @@ def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: s
     for d in (dist, wheelhouse):
         shutil.rmtree(d, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
+    triton_record = embed_triton(package_dir, work, plan, triton, tools.cuobjdump)
+    ext_env["FUSED_MLP_GEN"] = str(work / "gen")
     bin_dir = str(Path(tools.python).parent)
     env = {
         **os.environ,
@@ -218,7 +309,7 @@ def build_cuda_variant(package_dir: Path, out_dir: Path, matrix: dict, python: s
     record = {
         "variant": VARIANT, "namespace": ext_env["FUSED_MLP_NS"], "archs": list(plan.archs), "ptx": list(plan.ptx),
         "torch_target": plan.torch_target, "cuda": plan.cuda, "wheel": repaired.name,
-        "checks": [c.as_dict() for c in checks],
+        "checks": [c.as_dict() for c in checks], "triton": triton_record,
     }  # fmt: skip
     (package_dir / "cuda" / "build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     failed = [c for c in checks if not c.ok]
@@ -250,11 +341,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--matrix", type=Path, default=REPO / "build" / "matrix.toml")
     parser.add_argument("--python", default=None, help="python with a CUDA 13 torch (default: .venv-cuda)")
+    parser.add_argument(
+        "--arch", action="append", help="build only this matrix arch (repeatable), e.g. sm_90a"
+    )
+    parser.add_argument("--no-triton", action="store_true", help="embed no Triton cubins (fallbacks only)")
+    parser.add_argument("--dtypes", default="bf16,fp16", help="dtypes of the embedded Triton cubins")
     args = parser.parse_args(argv)
     package = args.package or stage_dev_package(REPO / "kernel_src" / "fused_mlp", args.out / "stage")
-    so = build_cuda_variant(package, args.out, tomllib.loads(args.matrix.read_text()), args.python)
+    aot = None if args.no_triton else TritonAot(dtypes=tuple(args.dtypes.split(",")))
+    so = build_cuda_variant(package, args.out, tomllib.loads(args.matrix.read_text()), args.python, triton=aot,
+                            archs=tuple(args.arch) if args.arch else None)  # fmt: skip
     print(so)
-    for check in json.loads((so.parent / "build.json").read_text())["checks"]:
+    record = json.loads((so.parent / "build.json").read_text())
+    print(f"  archs {record['archs']}; triton: {record['triton']['note']}")
+    for check in record["checks"]:
         print(f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}")
     return 0
 

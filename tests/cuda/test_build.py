@@ -1,7 +1,8 @@
-"""The CUDA variant built the way `kernel-hub build` builds it, on this CPU machine: nvcc 13 for every
-matrix arch against CUDA torch headers, abi3 wheel repaired to manylinux_2_28, ABI and arch checks;
-then the .so loads into the CUDA torch, under the namespace baked in from _build_info.py, and a call
-says it needs a CUDA device. ~1.5 min of compile on 2 cores (longer on a busy machine)."""
+"""The CUDA variant built the way `kernel-hub build` builds it, on this CPU machine: the path table's Triton
+kernels compiled ahead of time and embedded (bf16 only here, to stay fast), nvcc 13 for every matrix arch
+against CUDA torch headers, abi3 wheel repaired to manylinux_2_28, ABI and arch checks; then the .so loads
+into the CUDA torch, under the namespace baked in from _build_info.py, reports its embedded cubins and path
+table, and a call says it needs a CUDA device. ~2 min of compile on 2 cores (longer on a busy machine)."""
 
 import json
 import os
@@ -33,7 +34,11 @@ def built(tmp_path_factory):
     )
     matrix = tomllib.loads((REPO / "build" / "matrix.toml").read_text())
     so = build_variant.build_cuda_variant(
-        package, root / "out", matrix, os.environ.get("KERNEL_HUB_CUDA_PYTHON")
+        package,
+        root / "out",
+        matrix,
+        os.environ.get("KERNEL_HUB_CUDA_PYTHON"),
+        triton=build_variant.TritonAot(python=sys.executable, dtypes=("bf16",)),
     )
     return package, so, root / "out"
 
@@ -49,6 +54,11 @@ def test_extension_is_placed_with_passing_checks(built):
     names = {c["name"].split()[0] for c in record["checks"]}
     assert {"symbol", "no", "dependencies:", "kernel-abi-check", "archs"} <= names
     assert all(c["ok"] for c in record["checks"]), record["checks"]
+    import triton
+
+    embedded = record["triton"]
+    assert embedded["version"] == triton.__version__ and embedded["archs"] == ["sm_90a"], embedded
+    assert embedded["cubins"] > 0 and embedded["entries"] >= embedded["cubins"], embedded
 
 
 def test_wheel_is_abi3_manylinux_2_28_without_bundled_libraries(built):
@@ -63,17 +73,25 @@ def test_wheel_is_abi3_manylinux_2_28_without_bundled_libraries(built):
 
 def test_loads_into_cuda_torch_without_gpu_and_refuses_cpu_tensors(built):
     package, _, _ = built
+    embedded = json.loads((package / "cuda" / "build.json").read_text())["triton"]
     python = build_variant.find_toolchain(os.environ.get("KERNEL_HUB_CUDA_PYTHON")).python
     code = f"""
-import torch
+import json, torch
 from fused_mlp import cuda
 from fused_mlp.cuda import _library, ops
 ok, why = cuda.available()
 assert not ok and "CUDA device" in why, why
 ns = _library.load()
 assert ns is torch.ops.{NAMESPACE}
-for name in ("cuda_linear", "cuda_mlp", "cuda_gated_mlp", "cuda_act_and_mul", "cuda_mlp_backward"):
+for name in ("cuda_linear", "cuda_mlp", "cuda_gated_mlp", "cuda_act_and_mul", "cuda_mlp_backward",
+             "cuda_mlp_infer", "cuda_gated_mlp_infer"):
     assert getattr(ns, name).default._schema.name == "{NAMESPACE}::" + name
+info = json.loads(ns.cuda_build_info(0))
+assert info["entries"] == {embedded["entries"]}, info
+assert info["triton"] == "{embedded["version"]}" and info["paths"]["linear"][0][1] == "cublaslt", info
+x = torch.empty(3, 5, 64, device="meta", dtype=torch.bfloat16)
+ws = [torch.empty(32, 64, device="meta", dtype=torch.bfloat16), torch.empty(8, 32, device="meta", dtype=torch.bfloat16)]
+assert ns.cuda_mlp_infer(x, ws, [], "relu").shape == (3, 5, 8)
 try:
     ops.mlp(torch.randn(4, 8), [torch.randn(8, 8)])
 except RuntimeError as exc:

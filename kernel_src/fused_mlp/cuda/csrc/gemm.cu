@@ -48,17 +48,9 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   }
 }
 
-// Largest power of two (<= 16) dividing the address: cuBLASLt picks kernels by operand alignment.
-int alignment_of(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 16;
-  while (a > 1 && (v % a) != 0) a /= 2;
-  return a;
-}
-
 struct AlgoKey {
   long long m, n, k;
-  int dtype, epi, trans_a, trans_b, beta_nonzero, align_a, align_b, align_c, align_bias, device;
+  int dtype, epi, trans_a, trans_b, accumulate, align_a, align_b, align_out, align_bias, device;
   bool operator==(const AlgoKey& o) const { return std::memcmp(this, &o, sizeof(AlgoKey)) == 0; }
 };
 struct AlgoKeyHash {
@@ -70,13 +62,27 @@ struct AlgoKeyHash {
   }
 };
 
-struct Plan {
+// Workspace cuBLASLt may ask for; the plan records what its algorithm really needs, and callers
+// allocate only that (most small problems need none).
+constexpr uint64_t kMaxWorkspaceBytes = 32u << 20;
+
+}  // namespace
+
+struct GemmPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo;
+  size_t workspace = 0;
+  float beta = 0.f;
+  bool has_bias = false;
 };
 
-}  // namespace
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 16;
+  while (a > 1 && (v % a) != 0) a /= 2;
+  return a;
+}
 
 Epilogue epilogue_for(Act act, bool has_bias, bool* fused) {
   *fused = true;
@@ -88,7 +94,7 @@ Epilogue epilogue_for(Act act, bool has_bias, bool* fused) {
   }
 }
 
-void gemm(const GemmArgs& g) {
+const GemmPlan* gemm_plan(const GemmShape& g) {
   // Column-major view: C'[N,M] = op(B')[N,K] op(A')[K,M]; B' is b's buffer, A' is a's.
   const cudaDataType_t dt = cuda_type(g.dtype);
   int device = 0;
@@ -97,58 +103,65 @@ void gemm(const GemmArgs& g) {
   std::memset(&key, 0, sizeof(key));
   key.m = g.m; key.n = g.n; key.k = g.k;
   key.dtype = static_cast<int>(dt); key.epi = static_cast<int>(g.epi);
-  key.trans_a = g.trans_a; key.trans_b = g.trans_b; key.beta_nonzero = g.beta != 0.f;
-  key.align_a = alignment_of(g.a); key.align_b = alignment_of(g.b); key.align_c = alignment_of(g.out);
-  key.align_bias = g.bias ? alignment_of(g.bias) : 16; key.device = device;
+  key.trans_a = g.trans_a; key.trans_b = g.trans_b; key.accumulate = g.accumulate;
+  key.align_a = g.align_a; key.align_b = g.align_b; key.align_out = g.align_out;
+  key.align_bias = g.align_bias; key.device = device;
 
-  // Per thread, so the bias pointer set on a cached descriptor below never races another thread.
-  thread_local std::unordered_map<AlgoKey, Plan, AlgoKeyHash> plans;
-  Plan plan;
+  // Per thread, so the bias pointer set on a cached descriptor in gemm_run never races another thread.
+  thread_local std::unordered_map<AlgoKey, GemmPlan, AlgoKeyHash> plans;
   auto it = plans.find(key);
-  if (it != plans.end()) plan = it->second;
-  if (plan.op == nullptr) {
-    const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B' is [N,K] or [K,N]
-    const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A' is [K,M] or [M,K]
-    check_status(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "transa");
-    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "transb");
-    const cublasLtEpilogue_t epi = lt_epilogue(g.epi);
-    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
-    if (g.epi == Epilogue::Bias || g.epi == Epilogue::ReluBias || g.epi == Epilogue::GeluTanhBias) {
-      check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)), "bias type");
-    }
-    // Column-major shapes of the stored buffers (a row-major [r,c] buffer is column-major [c,r]).
-    const uint64_t rows_b = g.trans_b ? g.k : g.n, cols_b = g.trans_b ? g.n : g.k;
-    const uint64_t rows_a = g.trans_a ? g.m : g.k, cols_a = g.trans_a ? g.k : g.m;
-    check_status(cublasLtMatrixLayoutCreate(&plan.la, dt, rows_b, cols_b, rows_b), "layout B");
-    check_status(cublasLtMatrixLayoutCreate(&plan.lb, dt, rows_a, cols_a, rows_a), "layout A");
-    check_status(cublasLtMatrixLayoutCreate(&plan.lc, dt, g.n, g.m, g.n), "layout C");
+  if (it != plans.end()) return &it->second;
+  GemmPlan plan;
+  plan.beta = g.accumulate ? 1.f : 0.f;
+  plan.has_bias = g.epi == Epilogue::Bias || g.epi == Epilogue::ReluBias || g.epi == Epilogue::GeluTanhBias;
+  const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B' is [N,K] or [K,N]
+  const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A' is [K,M] or [M,K]
+  check_status(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "transa");
+  check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "transb");
+  const cublasLtEpilogue_t epi = lt_epilogue(g.epi);
+  check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+  if (plan.has_bias) {
+    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)), "bias type");
+  }
+  // Column-major shapes of the stored buffers (a row-major [r,c] buffer is column-major [c,r]).
+  const uint64_t rows_b = g.trans_b ? g.k : g.n, cols_b = g.trans_b ? g.n : g.k;
+  const uint64_t rows_a = g.trans_a ? g.m : g.k, cols_a = g.trans_a ? g.k : g.m;
+  check_status(cublasLtMatrixLayoutCreate(&plan.la, dt, rows_b, cols_b, rows_b), "layout B");
+  check_status(cublasLtMatrixLayoutCreate(&plan.lb, dt, rows_a, cols_a, rows_a), "layout A");
+  check_status(cublasLtMatrixLayoutCreate(&plan.lc, dt, g.n, g.m, g.n), "layout C");
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_status(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const uint64_t ws = g.workspace_bytes;
-    check_status(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace");
-    const uint32_t al_first = key.align_b, al_second = key.align_a, al_c = key.align_c;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first, sizeof(al_first));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1,
-                                                &result, &found), "heuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    STD_TORCH_CHECK(found > 0, "fused_mlp: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
-                    " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
-    plan.algo = result.algo;
-    plans.emplace(key, plan);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_status(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const uint64_t ws = kMaxWorkspaceBytes;
+  check_status(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace");
+  const uint32_t al_first = g.align_b, al_second = g.align_a, al_c = g.align_out;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first, sizeof(al_first));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1,
+                                              &result, &found), "heuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  STD_TORCH_CHECK(found > 0, "fused_mlp: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
+                  " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
+  plan.algo = result.algo;
+  plan.workspace = result.workspaceSize;
+  return &plans.emplace(key, plan).first->second;
+}
+
+size_t gemm_workspace_bytes(const GemmPlan* plan) { return plan->workspace; }
+
+void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
+              cudaStream_t stream) {
+  if (plan->has_bias) {
+    check_status(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias");
   }
-  if (g.bias != nullptr) {
-    check_status(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)), "bias");
-  }
-  const float alpha = 1.f, beta = g.beta;
-  check_status(cublasLtMatmul(lt_handle(), plan.op, &alpha, g.b, plan.la, g.a, plan.lb, &beta, g.out, plan.lc, g.out,
-                              plan.lc, &plan.algo, g.workspace, g.workspace_bytes, g.stream), "matmul");
+  const float alpha = 1.f;
+  check_status(cublasLtMatmul(lt_handle(), plan->op, &alpha, b, plan->la, a, plan->lb, &plan->beta, out, plan->lc,
+                              out, plan->lc, &plan->algo, workspace, plan->workspace, stream), "matmul");
 }
 
 }  // namespace fused_mlp

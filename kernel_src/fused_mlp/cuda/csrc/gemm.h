@@ -14,22 +14,30 @@ Epilogue epilogue_for(Act act, bool has_bias, bool* fused);
 
 // out[M,N] (row-major, ld N) = op(a) @ op(b) (+ beta * out), all row-major, every matrix in `dtype`:
 //   a is [M,K] (trans_a=false) or stored as [K,M] (trans_a=true); b is [K,N] or stored as [N,K].
-// bias (length N, may be null) and the activation come from `epi`. fp32 accumulation throughout.
-struct GemmArgs {
-  const void* a; bool trans_a;
-  const void* b; bool trans_b;
-  void* out;
-  const void* bias;
+// Bias (length N) and the activation come from `epi`. fp32 accumulation throughout. The alignments
+// (largest power of two <= 16 dividing each address) pick the kernels, so they are part of the shape.
+struct GemmShape {
   long long m, n, k;
-  float beta;
+  bool trans_a, trans_b, accumulate;  // accumulate: beta = 1 (out += product), else beta = 0
   Epilogue epi;
   ScalarType dtype;
-  void* workspace; size_t workspace_bytes;
-  cudaStream_t stream;
+  int align_a, align_b, align_out, align_bias;
 };
-void gemm(const GemmArgs& g);
 
-// Bytes of workspace each GEMM call may use; callers allocate it once per host call.
-constexpr size_t kGemmWorkspaceBytes = 32u << 20;
+struct GemmPlan;  // cached descriptors + the chosen algorithm, one per (shape, device, thread)
+
+// The cached plan of `shape` on the current device; planning is host-only and happens once per shape.
+const GemmPlan* gemm_plan(const GemmShape& shape);
+// Workspace bytes the plan's algorithm needs (0 for most small problems).
+size_t gemm_workspace_bytes(const GemmPlan* plan);
+// Run the planned GEMM; `workspace` holds gemm_workspace_bytes(plan) bytes (may be null when 0).
+void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
+              cudaStream_t stream);
+
+// Largest power of two (<= 16) dividing the address: cuBLASLt picks kernels by operand alignment.
+int alignment_of(const void* p);
+
+// Alignment of buffers this extension allocates itself (outputs and scratch regions start 256-byte aligned).
+constexpr int kFreshAlign = 16;
 
 }  // namespace fused_mlp

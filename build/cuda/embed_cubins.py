@@ -1,0 +1,250 @@
+"""Compile the CUDA extension's table of Triton cubins and implementation paths into a C++ source.
+
+The CUDA variant launches Triton kernels from C++ (kernel_src/fused_mlp/cuda/csrc/triton_launch.cu): their
+cubins, compiled ahead of time by `fused_mlp.triton.aot` (Triton's own compiler, no GPU needed), are
+embedded in `_C.abi3.so` with their launch metadata, beside the path table of
+`fused_mlp/cuda/paths.py`. Two steps:
+
+1. `aot_rows(...)` runs in a Python that has Triton (the builder's): it compiles the cubins the path table
+   needs (or reuses a folder that already holds them, e.g. the torch-cuda variant's of the same build)
+   and lists each shipped row (kernel, dtype, activation, bias, row bound, tile) with its cubin's stem.
+2. `write_sources(...)` (stdlib) checks each cubin's kernel parameters against what the C++ launcher
+   passes (Triton 3.6 appends two scratch pointers), concatenates the cubins into one blob and writes
+   `triton_table.gen.cpp`: the blob (`.incbin`), the cubin table and the path table.
+
+With no Triton (or AOT off) `write_sources` still writes the path table and an empty cubin table: every
+"triton" row then takes its step's fallback (cuBLASLt / CUDA kernels), and the build says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Arguments the C++ launcher passes to each kernel, in order (ptr = 8-byte device pointer, i32 = 4 bytes),
+# before Triton's hidden global/profile scratch pointers. Must equal the kernel's KernelDef.params.
+LAUNCH_SIGNATURES = {
+    "linear_kernel": "ptr ptr ptr ptr i32 i32:16 i32:16 i32:16 i32:16 i32:16",
+    "gate_up_kernel": "ptr ptr ptr ptr i32 i32:16 i32:16 i32:16 i32:16 i32:16 i32:16",
+    "act_and_mul_kernel": "ptr ptr ptr i32:16",
+}
+STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2}
+IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "wmma": 3, "cuda": 4}
+DTYPE_CODES = {"bf16": 0, "fp16": 1}
+GEN_SOURCE = "triton_table.gen.cpp"
+BLOB = "cubins.bin"
+
+
+class EmbedError(RuntimeError):
+    """The cubins do not fit the launcher (kernel signature, Triton ABI) or their compile failed."""
+
+
+@dataclass(frozen=True)
+class EmbedSummary:
+    triton: str | None  # Triton version of the embedded cubins; None when none are embedded
+    archs: tuple[str, ...]
+    cubins: int  # distinct cubin images
+    entries: int  # table rows (an image can serve several rows)
+    note: str
+
+
+def load_paths(package_dir: Path):
+    """The package's `cuda/paths.py` as a module, loaded by file (no torch import)."""
+    path = Path(package_dir) / "cuda" / "paths.py"
+    spec = importlib.util.spec_from_file_location("fused_mlp_cuda_paths", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wanted_kernels(paths, archs: list[str]) -> dict[str, list[str]]:
+    """arch -> sorted Triton kernel names the path table runs there (archs with none are left out)."""
+    per_arch = paths.triton_archs()
+    return {a: sorted(per_arch[a]) for a in archs if per_arch.get(a)}
+
+
+_ROWS_SCRIPT = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from fused_mlp.triton import aot
+want = json.loads(sys.argv[2])
+own, reuse, dtypes = Path(sys.argv[3]), sys.argv[4], tuple(sys.argv[5].split(","))
+triton = __import__("triton").__version__
+defs = aot._kernel_defs()
+out = {"triton": triton, "rows": [], "params": {}, "compiled": [], "reused": []}
+for arch, kernels in want.items():
+    rows = [r for r in aot.shipped_rows(arch, dtypes) if r.spec.kernel in kernels]
+    have = Path(reuse) / triton / arch if reuse else None
+    if have is not None and all((have / (r.spec.file_stem() + ".cubin")).is_file() for r in rows):
+        folder = have
+        out["reused"].append(arch)
+    else:
+        aot.compile_all(own, arch, dtypes=dtypes, kernels=kernels)
+        folder = own / triton / arch
+        out["compiled"].append(arch)
+    for row in rows:
+        s = row.spec
+        kdef = defs[s.kernel]
+        out["params"][s.kernel] = " ".join(kind for _, kind in kdef.params)
+        out["rows"].append({"arch": arch, "dir": str(folder), "stem": s.file_stem(), "kernel": s.kernel,
+                            "dtype": s.dtype, "act": row.act, "has_bias": row.has_bias, "max_rows": row.max_rows,
+                            "consts": dict(zip(kdef.constexprs, s.consts))})
+print(json.dumps(out))
+"""
+
+
+def aot_rows(
+    package_dir: Path,
+    python: str,
+    want: dict[str, list[str]],
+    own_root: Path,
+    *,
+    reuse: Path | None = None,
+    dtypes: tuple[str, ...] = ("bf16", "fp16"),
+    env: dict[str, str] | None = None,
+) -> dict:
+    """Cubins of the `want` kernels per arch, with `python`'s Triton: taken from `reuse`/<triton>/<arch>/ when
+    it holds every one (compile_all's layout, e.g. the torch-cuda variant's cubins of the same build), else
+    compiled into own_root. Returns {"triton", "rows": [...], "params", "compiled", "reused"} for write_sources."""
+    env = {k: v for k, v in (env or os.environ).items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DISABLE_LINE_INFO", "1")  # line info embeds the staging path: not reproducible
+    cmd = [python, "-c", _ROWS_SCRIPT, str(Path(package_dir).parent), json.dumps(want), str(own_root),
+           str(reuse or ""), ",".join(dtypes)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=3600)
+    if proc.returncode != 0:
+        raise EmbedError(f"Triton AOT compile for the CUDA variant failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def kernel_param_sizes(cuobjdump: str, cubin: Path) -> list[int]:
+    """Byte size of each kernel parameter, in order, from the cubin's EIATTR_KPARAM_INFO records."""
+    out = subprocess.run([cuobjdump, "-elf", str(cubin)], capture_output=True, text=True, check=True).stdout
+    params = re.findall(
+        r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x[0-9a-f]+\s+Size\s*:\s*0x([0-9a-f]+)", out
+    )
+    return [int(size, 16) for _, size in sorted((int(o, 16), s) for o, s in params)]
+
+
+def check_signature(kernel: str, kinds: str, sizes: list[int]) -> None:
+    """The launcher's arguments for `kernel` match its Triton definition and its compiled parameters."""
+    expected = LAUNCH_SIGNATURES.get(kernel)
+    if expected != kinds:
+        raise EmbedError(
+            f"{kernel}: the Triton kernel takes ({kinds}) but the CUDA launcher passes ({expected}); update "
+            "LAUNCH_SIGNATURES and the launch in kernel_src/fused_mlp/cuda/csrc together with the kernel"
+        )
+    want = [8 if k == "ptr" else 4 for k in kinds.split()] + [8, 8]
+    if sizes != want:
+        raise EmbedError(
+            f"{kernel}: the cubin's parameters are {sizes} bytes, the launcher passes {want} (its arguments "
+            "plus Triton's global and profile scratch pointers); this Triton's kernel ABI is not supported"
+        )
+
+
+def _cc(arch: str) -> int:
+    """ "sm_90a" -> 90: compute capability major*10+minor that the arch's SASS runs on."""
+    return int(arch.removeprefix("sm_").rstrip("af"))
+
+
+def _path_rows(paths) -> list[str]:
+    rows = []
+    for arch, steps in paths.PATHS.items():
+        sm = 0 if arch == "default" else _cc(arch)
+        for step, choices in steps.items():
+            for bound, impl in choices:
+                rows.append(
+                    f"  {{{sm}, {STEP_CODES[step]}, {-1 if bound is None else bound}, {IMPL_CODES[impl]}}},"
+                )
+    return rows
+
+
+def _step_of(paths, kernel: str) -> int:
+    return STEP_CODES[next(s for s, k in paths.TRITON_KERNELS.items() if k == kernel)]
+
+
+def write_sources(
+    gen_dir: Path, package_dir: Path, aot: dict | None, cuobjdump: str | None, note: str
+) -> EmbedSummary:
+    """Write gen_dir/triton_table.gen.cpp (+ cubins.bin); `aot` = aot_rows' answer or None (no cubins)."""
+    gen_dir = Path(gen_dir)
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    paths = load_paths(package_dir)
+    entries, blob, offsets, checked = [], bytearray(), {}, set()
+    for row in (aot or {}).get("rows", []):
+        folder = Path(row["dir"])
+        cubin, meta_path = folder / f"{row['stem']}.cubin", folder / f"{row['stem']}.json"
+        if not cubin.is_file():
+            raise EmbedError(f"missing AOT cubin {cubin}: compile_all did not write it")
+        meta = json.loads(meta_path.read_text())
+        if (row["arch"], row["kernel"]) not in checked and cuobjdump:
+            check_signature(row["kernel"], aot["params"][row["kernel"]], kernel_param_sizes(cuobjdump, cubin))
+            checked.add((row["arch"], row["kernel"]))
+        if (
+            meta.get("profile_scratch_size", 0)
+            or meta.get("launch_cooperative_grid")
+            or meta.get("tmem_size", 0)
+        ):
+            raise EmbedError(
+                f"{cubin.name}: needs profile scratch, a cooperative grid or tensor memory; not supported"
+            )
+        if row["stem"] not in offsets:
+            blob.extend(
+                b"\0" * (-len(blob) % 128)
+            )  # the loader parses each image in place: keep ELF alignment
+            offsets[row["stem"]] = (len(blob), cubin.stat().st_size)
+            blob.extend(cubin.read_bytes())
+        off, size = offsets[row["stem"]]
+        c = row["consts"]
+        block_n = c.get("BN", c.get("BLOCK", 0))
+        entries.append(
+            f'  {{"{meta["name"]}", {_step_of(paths, row["kernel"])}, {_cc(row["arch"])}, {DTYPE_CODES[row["dtype"]]}, '
+            f"{row['act']}, {int(row['has_bias'])}, {-1 if row['max_rows'] is None else row['max_rows']}, "
+            f"{c.get('BM', 0)}, {block_n}, {c.get('BK', 0)}, {meta['num_warps']}, {meta.get('num_ctas', 1)}, "
+            f"{meta['shared']}, {meta.get('global_scratch_size', 0)}, {meta.get('global_scratch_align', 1)}, "
+            f"{int(bool(meta.get('launch_pdl')))}, {off}ull, {size}ull}},"
+        )
+    version = aot["triton"] if entries else ""
+    lines = [
+        "// Generated by build/cuda/embed_cubins.py: do not edit. Triton cubins (AOT) and the path table.",
+        '#include "triton_launch.h"',
+        "",
+        "namespace fused_mlp {",
+    ]
+    if entries:
+        (gen_dir / BLOB).write_bytes(bytes(blob))
+        blob_path = str((gen_dir / BLOB).resolve()).replace("\\", "\\\\").replace('"', '\\"')
+        lines = [
+            *lines[:3],
+            (
+                f'__asm__(".section .rodata.fused_mlp_cubins,\\"a\\"\\n.balign 128\\n.hidden fused_mlp_cubin_blob\\n'
+                f'.globl fused_mlp_cubin_blob\\nfused_mlp_cubin_blob:\\n.incbin \\"{blob_path}\\"\\n.previous\\n");'
+            ),
+            'extern "C" const unsigned char fused_mlp_cubin_blob[];',
+            "",
+            *lines[3:],
+            "const unsigned char* const kCubinBlob = fused_mlp_cubin_blob;",
+        ]
+    else:
+        lines.append("const unsigned char* const kCubinBlob = nullptr;")
+    lines += [
+        f'const char kTritonVersion[] = "{version}";',
+        f"const int kNumTritonCubins = {len(entries)};",
+        "const TritonCubin kTritonCubins[] = {",
+        *(entries or ['  {"", -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull},  // none embedded']),
+        "};",
+        "const PathRow kPathRows[] = {",
+        *_path_rows(paths),
+        "};",
+        "const int kNumPathRows = sizeof(kPathRows) / sizeof(kPathRows[0]);",
+        "}  // namespace fused_mlp",
+        "",
+    ]
+    (gen_dir / GEN_SOURCE).write_text("\n".join(lines))
+    archs = tuple(sorted({r["arch"] for r in (aot or {}).get("rows", [])}))
+    return EmbedSummary(version or None, archs, len(offsets), len(entries), note)

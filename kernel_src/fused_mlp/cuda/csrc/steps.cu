@@ -1,0 +1,142 @@
+// Planning and running the steps of steps.h: the path table proposes an implementation, the call's
+// dtype/alignment/sizes decide whether it can run, else the step's fallback runs (cuBLASLt, CUDA kernels).
+#include "steps.h"
+
+#include "elementwise.h"
+#include "gate_up.h"
+
+namespace fused_mlp {
+namespace {
+
+constexpr long long kI32 = 2147483647ll;  // Triton kernels index with 32-bit offsets
+
+// Triton cubins are compiled for bf16/fp16 only (fp32 goes to the fallbacks): 0 bf16, 1 fp16, -1 neither.
+int cubin_dtype(ScalarType t) {
+  if (t == ScalarType::BFloat16) return 0;
+  if (t == ScalarType::Half) return 1;
+  return -1;
+}
+
+long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Ctx ctx_for(const Tensor& x) {
+  Ctx c;
+  c.device = x.get_device_index();
+  c.stream = current_stream(x);
+  c.sm = device_sm(c.device);
+  return c;
+}
+
+LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
+                       int align_x, int align_w, int align_b, Scratch& s) {
+  LinearPlan p;
+  p.m = m, p.n = n, p.k = k, p.act = act, p.has_bias = has_bias, p.dtype = dtype;
+  p.impl = choose_impl(Step::Linear, c.sm, m);
+  if (m == 0 || n == 0) return p;
+  if (p.impl == Impl::Triton) {
+    const int dt = cubin_dtype(dtype);
+    const bool fits = dt >= 0 && n % 16 == 0 && k % 16 == 0 && align_x == 16 && align_w == 16 &&
+                      (!has_bias || align_b == 16) && m * k <= kI32 && n * k <= kI32 && m * n <= kI32;
+    p.cubin = fits ? find_cubin(Step::Linear, c.sm, dt, static_cast<int>(act), has_bias, m) : nullptr;
+    if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
+      p.scratch = s.reserve(triton_scratch_bytes(*p.cubin, cdiv(m, p.cubin->block_m) * cdiv(n, p.cubin->block_n)));
+      return p;
+    }
+    p.cubin = nullptr;
+  }
+  p.impl = Impl::Cublaslt;
+  bool fused = false;
+  const Epilogue epi = epilogue_for(act, has_bias, &fused);
+  p.act_kernel = !fused;
+  p.gemm = gemm_plan({m, n, k, false, true, false, epi, dtype, align_x, align_w, kFreshAlign, has_bias ? align_b : 16});
+  p.scratch = s.reserve(gemm_workspace_bytes(p.gemm));
+  return p;
+}
+
+void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* w, const void* b,
+                void* y) {
+  if (p.m == 0 || p.n == 0) return;
+  STD_TORCH_CHECK(p.k > 0, "fused_mlp.linear: the input's last dim is 0; nothing to multiply");
+  if (p.cubin != nullptr) {
+    const TritonCubin& t = *p.cubin;
+    const int32_t m = static_cast<int32_t>(p.m), n = static_cast<int32_t>(p.n), k = static_cast<int32_t>(p.k);
+    const KArg args[] = {x, w, b ? b : x, y, m, n, k, k, k, n};  // x, w, b, out, M, N, K, strides x / w / out
+    launch_cubin(t, cdiv(p.m, t.block_m) * cdiv(p.n, t.block_n), args, 10, s.at(p.scratch), c.stream, "linear");
+    return;
+  }
+  gemm_run(p.gemm, x, w, y, b, s.at(p.scratch), c.stream);
+  if (p.act_kernel) act_inplace(y, p.m * p.n, p.act, p.dtype, c.stream);
+}
+
+ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned) {
+  ActAndMulPlan p;
+  p.n = n, p.act = act, p.dtype = dtype;
+  p.impl = choose_impl(Step::ActAndMul, c.sm, rows);
+  if (p.impl == Impl::Triton) {
+    const int dt = cubin_dtype(dtype);
+    if (dt >= 0 && aligned && n % 16 == 0 && n <= kI32)
+      p.cubin = find_cubin(Step::ActAndMul, c.sm, dt, static_cast<int>(act), false, rows);
+  }
+  if (p.cubin == nullptr) p.impl = Impl::Cuda;
+  return p;
+}
+
+void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, const void* up, void* out) {
+  if (p.n == 0) return;
+  if (p.cubin != nullptr) {
+    const KArg args[] = {gate, up, out, static_cast<int32_t>(p.n)};
+    launch_cubin(*p.cubin, cdiv(p.n, p.cubin->block_n), args, 4, nullptr, c.stream, "act_and_mul");
+    return;
+  }
+  act_and_mul(gate, up, out, p.n, p.act, p.dtype, c.stream);
+}
+
+GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
+                        int align_wg, int align_wu, Scratch& s) {
+  GateUpPlan p;
+  p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype;
+  p.impl = choose_impl(Step::GateUp, c.sm, m);
+  if (m == 0 || i == 0) return p;
+  if (p.impl == Impl::Triton) {
+    const int dt = cubin_dtype(dtype);
+    const bool fits = dt >= 0 && i % 16 == 0 && k % 16 == 0 && align_x == 16 && align_wg == 16 && align_wu == 16 &&
+                      m * k <= kI32 && i * k <= kI32 && m * i <= kI32;
+    p.cubin = fits ? find_cubin(Step::GateUp, c.sm, dt, static_cast<int>(act), false, m) : nullptr;
+    if (p.cubin != nullptr && k % p.cubin->block_k == 0) return p;
+    p.cubin = nullptr;
+  }
+  if (p.impl == Impl::Wmma && dtype != ScalarType::Float) return p;
+  p.impl = Impl::Split;  // also fp32 under `wmma`: its fp32 kernel is plain SIMT
+  const size_t bytes = static_cast<size_t>(m * i) * (dtype == ScalarType::Float ? 4 : 2);
+  p.g_off = s.reserve(bytes);
+  p.u_off = s.reserve(bytes);
+  p.gate = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wg, 16, s);
+  p.up = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wu, 16, s);
+  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, true);
+  return p;
+}
+
+void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* wg, const void* wu,
+                 void* h) {
+  if (p.m == 0 || p.i == 0) return;
+  if (p.cubin != nullptr) {
+    const TritonCubin& t = *p.cubin;
+    const int32_t m = static_cast<int32_t>(p.m), i = static_cast<int32_t>(p.i), k = static_cast<int32_t>(p.k);
+    const KArg args[] = {x, wg, wu, h, m, i, k, k, k, k, i};  // x, wg, wu, h, M, N, K, strides x / wg / wu / h
+    launch_cubin(t, cdiv(p.m, t.block_m) * cdiv(p.i, t.block_n), args, 11, nullptr, c.stream, "gated_mlp");
+    return;
+  }
+  if (p.impl == Impl::Wmma) {
+    gate_up(x, wg, wu, h, p.m, p.i, p.k, p.act, p.dtype, c.stream);
+    return;
+  }
+  void* g = s.at(p.g_off);
+  void* u = s.at(p.u_off);
+  run_linear(p.gate, c, s, x, wg, nullptr, g);
+  run_linear(p.up, c, s, x, wu, nullptr, u);
+  run_act_and_mul(p.mul, c, g, u, h);
+}
+
+}  // namespace fused_mlp

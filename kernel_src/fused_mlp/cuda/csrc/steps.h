@@ -1,0 +1,64 @@
+// The steps every op is built from (linear layer, gated gate/up, act_and_mul), each planned first (path
+// table + what this call allows: dtype, alignment, sizes) and run after the op has allocated its
+// outputs and one scratch buffer. Planning is host-only and cached where it costs (cuBLASLt).
+#pragma once
+
+#include "alloc.h"
+#include "gemm.h"
+#include "triton_launch.h"
+
+namespace fused_mlp {
+
+// Where a call runs: its stream and device (and the device's compute capability for the path table).
+struct Ctx {
+  cudaStream_t stream;
+  int device, sm;
+};
+Ctx ctx_for(const Tensor& x);
+
+// y[M,N] = act(x[M,K] w[N,K]^T + b): one Triton GEMM with the epilogue fused, or cuBLASLt (+1 kernel for
+// gelu/silu). `align_*` are the operands' alignments (alignment_of, or kFreshAlign for our own buffers).
+struct LinearPlan {
+  Impl impl;
+  const TritonCubin* cubin = nullptr;
+  const GemmPlan* gemm = nullptr;
+  long long m, n, k;
+  Act act;
+  bool has_bias, act_kernel = false;  // act_kernel: cuBLASLt could not fuse `act`
+  ScalarType dtype;
+  size_t scratch = 0;  // offset of this step's workspace in the call's Scratch
+};
+LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
+                       int align_x, int align_w, int align_b, Scratch& s);
+void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* w, const void* b,
+                void* y);
+
+// out[n] = act(gate[n]) * up[n] over `rows` rows (the path table's bound).
+struct ActAndMulPlan {
+  Impl impl;
+  const TritonCubin* cubin = nullptr;
+  long long n;
+  Act act;
+  ScalarType dtype;
+};
+ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned);
+void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, const void* up, void* out);
+
+// h[M,I] = act(x[M,K] wg[I,K]^T) * (x wu^T): one fused Triton or WMMA kernel, or split into two linear steps
+// into scratch plus the act_and_mul step.
+struct GateUpPlan {
+  Impl impl;
+  const TritonCubin* cubin = nullptr;
+  LinearPlan gate, up;  // split: the two GEMMs
+  ActAndMulPlan mul;    // split: act(g) * u
+  size_t g_off = 0, u_off = 0;
+  long long m, i, k;
+  Act act;
+  ScalarType dtype;
+};
+GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
+                        int align_wg, int align_wu, Scratch& s);
+void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* wg, const void* wu,
+                 void* h);
+
+}  // namespace fused_mlp

@@ -1,0 +1,77 @@
+// Triton kernels compiled ahead of time and launched from C++, and the path table that decides, per GPU
+// arch, step and row count, which implementation runs. Both tables are generated at build time by
+// build/cuda/embed_cubins.py (from fused_mlp/cuda/paths.py and fused_mlp.triton.aot) into
+// triton_table.gen.cpp; the cubins live in the .so and are loaded with the CUDA runtime's library API.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fused_mlp {
+
+enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2 };
+enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Wmma = 3, Cuda = 4 };
+constexpr int kNumSteps = 3;
+
+// One embedded cubin as one row of its config table (layout: embed_cubins.write_sources).
+struct TritonCubin {
+  const char* kernel;         // entry name
+  int step;                   // Step
+  int sm;                     // compute capability (major*10+minor) the SASS runs on, exactly
+  int dtype;                  // 0 bf16, 1 fp16
+  int act, has_bias;          // Act code, bias flag
+  long long max_rows;         // serves M <= max_rows; -1: any M
+  int block_m, block_n, block_k;  // GEMM tile; act_and_mul: block_n = elements per program
+  int num_warps, num_ctas, shared_bytes;
+  int global_scratch_bytes, global_scratch_align;  // per program; 0: none
+  int pdl;                    // compiled to wait on the previous grid: launch with programmatic serialization
+  unsigned long long offset, size;  // the image inside kCubinBlob
+};
+
+// Path table row: on `sm` (0 = any arch without rows of its own), `step` with M <= max_rows (-1: any) runs `impl`.
+struct PathRow {
+  int sm, step;
+  long long max_rows;
+  int impl;
+};
+
+extern const unsigned char* const kCubinBlob;
+extern const char kTritonVersion[];
+extern const int kNumTritonCubins;
+extern const TritonCubin kTritonCubins[];
+extern const PathRow kPathRows[];
+extern const int kNumPathRows;
+
+// Compute capability (major*10+minor) of a device, cached.
+int device_sm(int device);
+
+// The implementation the path table (or an override, see set_path_override) picks for `step` at `rows` rows.
+Impl choose_impl(Step step, int sm, long long rows);
+// Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
+// measure each implementation (bench/bench_paths.py). Returns the previous override.
+int set_path_override(Step step, int impl);
+
+// The cubin for this launch, or nullptr: first row of (step, sm, dtype, act, bias) whose bound admits `rows`.
+const TritonCubin* find_cubin(Step step, int sm, int dtype, int act, bool has_bias, long long rows);
+
+// One kernel argument: a device pointer or a 32-bit integer.
+struct KArg {
+  union {
+    const void* ptr;
+    int32_t i32;
+  };
+  KArg(const void* p) : ptr(p) {}
+  KArg(int32_t v) : i32(v) {}
+};
+
+// Bytes of global scratch the launch of `c` on `programs` programs needs (0 for most kernels), padded so
+// that a scratch region of this size can be placed at a 256-byte aligned offset.
+size_t triton_scratch_bytes(const TritonCubin& c, long long programs);
+
+// Launch `c` on a 1-D grid of `programs` programs with `args` (then Triton's scratch pointers) on `stream`;
+// `scratch` is device memory of triton_scratch_bytes(c, programs) bytes (may be null when that is 0).
+void launch_cubin(const TritonCubin& c, long long programs, const KArg* args, int nargs, void* scratch,
+                  cudaStream_t stream, const char* op);
+
+}  // namespace fused_mlp

@@ -1,0 +1,113 @@
+"""The CUDA variant's table of Triton cubins and implementation paths (build/cuda/embed_cubins.py), checked
+without nvcc or a GPU: the path table is well formed, the C++ launcher's arguments match the Triton kernels'
+definitions, a real AOT cubin's parameters are what the launcher passes (Triton's two scratch pointers
+appended), and the generated C++ holds the table (or only the path rows when nothing is embedded)."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "build" / "cuda"))
+import embed_cubins
+
+PACKAGE = REPO / "kernel_src" / "fused_mlp"
+PATHS = embed_cubins.load_paths(PACKAGE)
+
+
+def test_path_table_is_well_formed():
+    assert set(PATHS.STEPS) == set(PATHS.IMPLS) == set(PATHS.FALLBACK) == set(PATHS.TRITON_KERNELS)
+    assert set(PATHS.IMPLS) == set(embed_cubins.STEP_CODES)
+    for step, impl in PATHS.FALLBACK.items():
+        assert impl in PATHS.IMPLS[step] and impl != "triton", (step, impl)
+    assert "default" in PATHS.PATHS
+    for arch, steps in PATHS.PATHS.items():
+        assert set(steps) == set(PATHS.STEPS), arch
+        for step, rows in steps.items():
+            assert rows[-1][0] is None, f"{arch} {step}: the last row must admit any M"
+            bounds = [b for b, _ in rows[:-1]]
+            assert bounds == sorted(bounds), f"{arch} {step}: bounds must grow"
+            assert all(impl in PATHS.IMPLS[step] for _, impl in rows), (arch, step, rows)
+    assert all(i in embed_cubins.IMPL_CODES for impls in PATHS.IMPLS.values() for i in impls)
+    assert "triton" not in {i for rows in PATHS.PATHS["default"].values() for _, i in rows}
+
+
+def test_launcher_arguments_match_the_triton_kernels():
+    from fused_mlp.triton import aot
+
+    defs = aot._kernel_defs()
+    for kernel in PATHS.TRITON_KERNELS.values():
+        kinds = " ".join(kind for _, kind in defs[kernel].params)
+        assert embed_cubins.LAUNCH_SIGNATURES[kernel] == kinds, kernel
+        embed_cubins.check_signature(kernel, kinds, [8 if k == "ptr" else 4 for k in kinds.split()] + [8, 8])
+
+
+def test_signature_drift_is_refused():
+    with pytest.raises(embed_cubins.EmbedError, match="LAUNCH_SIGNATURES"):
+        embed_cubins.check_signature("act_and_mul_kernel", "ptr ptr ptr i32:16 i32", [8, 8, 8, 4, 4, 8, 8])
+    with pytest.raises(embed_cubins.EmbedError, match="kernel ABI"):
+        embed_cubins.check_signature("act_and_mul_kernel", "ptr ptr ptr i32:16", [8, 8, 8, 4, 8])
+
+
+def _path_rows(source: str) -> list[tuple[int, ...]]:
+    block = source.split("kPathRows[] = {")[1].split("};")[0]
+    return [tuple(int(v) for v in row.split(",")) for row in re.findall(r"\{([-\d, ]+)\}", block)]
+
+
+def _expected_path_rows() -> list[tuple[int, ...]]:
+    rows = []
+    for arch, steps in PATHS.PATHS.items():
+        sm = 0 if arch == "default" else int(arch[3:].rstrip("a"))
+        for step, choices in steps.items():
+            for bound, impl in choices:
+                rows.append(
+                    (
+                        sm,
+                        embed_cubins.STEP_CODES[step],
+                        -1 if bound is None else bound,
+                        embed_cubins.IMPL_CODES[impl],
+                    )
+                )
+    return rows
+
+
+def test_without_cubins_only_the_path_table_is_written(tmp_path):
+    summary = embed_cubins.write_sources(tmp_path, PACKAGE, None, None, "AOT off")
+    source = (tmp_path / embed_cubins.GEN_SOURCE).read_text()
+    assert summary.cubins == 0 and summary.triton is None and summary.note == "AOT off"
+    assert "kNumTritonCubins = 0;" in source and "kCubinBlob = nullptr;" in source and ".incbin" not in source
+    assert not (tmp_path / embed_cubins.BLOB).exists()
+    assert _path_rows(source) == _expected_path_rows()
+
+
+def test_real_cubin_parameters_and_generated_table(tmp_path):
+    """One kernel compiled for sm_90a by the real Triton compiler (~5 s), then embedded."""
+    want = {"sm_90a": ["act_and_mul_kernel"]}
+    rows = embed_cubins.aot_rows(PACKAGE, sys.executable, want, tmp_path / "cubins", dtypes=("bf16",))
+    assert rows["compiled"] == ["sm_90a"] and len(rows["rows"]) == 5, rows  # one per activation
+    import triton
+
+    cuobjdump = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+    first = Path(rows["rows"][0]["dir"]) / f"{rows['rows'][0]['stem']}.cubin"
+    assert embed_cubins.kernel_param_sizes(cuobjdump, first) == [8, 8, 8, 4, 8, 8]
+    summary = embed_cubins.write_sources(tmp_path / "gen", PACKAGE, rows, cuobjdump, "test")
+    assert (summary.triton, summary.archs, summary.cubins, summary.entries) == (
+        triton.__version__,
+        ("sm_90a",),
+        5,
+        5,
+    )
+    source = (tmp_path / "gen" / embed_cubins.GEN_SOURCE).read_text()
+    blob = (tmp_path / "gen" / embed_cubins.BLOB).read_bytes()
+    entries = re.findall(r'\{"act_and_mul_kernel", 2, 90, 0, (\d), 0, -1, .*, (\d+)ull, (\d+)ull\}', source)
+    assert sorted(int(act) for act, _, _ in entries) == [0, 1, 2, 3, 4]
+    for _, offset, size in entries:
+        assert int(offset) % 128 == 0 and blob[int(offset) : int(offset) + 4] == b"\x7fELF"
+        assert int(offset) + int(size) <= len(blob)
+    assert f'.incbin \\"{(tmp_path / "gen" / embed_cubins.BLOB).resolve()}\\"' in source
+    assert f'kTritonVersion[] = "{triton.__version__}"' in source
+    meta = json.loads(first.with_suffix(".json").read_text())
+    assert meta["num_warps"] == 16 and meta["shared"] == 0 and not meta["launch_pdl"]
