@@ -2,7 +2,8 @@
 
 Backend choice (docs/CONTRACTS.md): the `cuda` subpackage when present and available, else `triton`,
 else `reference`. CPU tensors go to `reference`, except under TRITON_INTERPRET=1, where the Triton
-kernels run on them through the interpreter (how CI tests the kernels).
+kernels run on them through the interpreter (how CI tests the kernels). Each public function picks the
+module by its first tensor's device inline: it is the only Python frame between a caller and the backend.
 """
 
 from __future__ import annotations
@@ -58,16 +59,11 @@ if INTERPRET:
     _CPU_OPS = _interp
 
 
-def _ops_for(t: torch.Tensor) -> ModuleType:
-    """The ops module that runs tensors on t's device."""
-    return _GPU_OPS if t.is_cuda else _CPU_OPS
-
-
 def linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
 ) -> torch.Tensor:
     """act(x @ weight.T + bias) as one GEMM with a fused bias + activation epilogue."""
-    return _ops_for(x).linear(x, weight, bias, activation)
+    return (_GPU_OPS if x.is_cuda else _CPU_OPS).linear(x, weight, bias, activation)
 
 
 def mlp(
@@ -77,7 +73,7 @@ def mlp(
     activation: str = "relu",
 ) -> torch.Tensor:
     """Chain of fused linears, `activation` after every layer but the last; one host call per forward."""
-    return _ops_for(x).mlp(x, weights, biases, activation)
+    return (_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation)
 
 
 def gated_mlp(
@@ -88,12 +84,12 @@ def gated_mlp(
     activation: str = "gelu_tanh",
 ) -> torch.Tensor:
     """down(act(gate(x)) * up(x)); gate and up run as one GEMM whose epilogue writes act(g)*u."""
-    return _ops_for(x).gated_mlp(x, w_gate, w_up, w_down, activation)
+    return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)
 
 
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
     """act(gate) * up, elementwise in one kernel."""
-    return _ops_for(gate).act_and_mul(gate, up, activation)
+    return (_GPU_OPS if gate.is_cuda else _CPU_OPS).act_and_mul(gate, up, activation)
 
 
 from . import layers  # noqa: F401  (layers calls the ops defined above)

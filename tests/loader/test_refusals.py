@@ -73,8 +73,8 @@ def test_wrong_signature_is_refused_and_the_fallback_used(hub_env, publisher, tm
 
 def test_kernel_with_wrong_numbers_fails_the_check_and_the_fallback_is_used(hub_env, publisher):
     wrong = (
-        "return _ops_for(x).mlp(x, weights, biases, activation)",
-        "return 1.02 * _ops_for(x).mlp(x, weights, biases, activation)",
+        "return (_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation)",
+        "return 1.02 * (_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation)",
     )
     dist = publisher.build("wrong-numbers", variants=["torch-cpu"], patch={"__init__.py": wrong})
     publisher.publish("wrong-numbers", dist)

@@ -1,4 +1,5 @@
-"""Fake (meta) kernels of the C++ ops: output shapes, dtypes and (contiguous) strides, for torch.compile."""
+"""Fake (meta) kernels of the C++ ops: output shapes, dtypes and (contiguous) strides, for torch.compile
+(the `*_infer` forms too: compiled inference calls them)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def gated_mlp_backward(grad, grad_h, x, w_gate, w_up, w_down, h, activation) -> 
     return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in (w_gate, w_up, w_down)]]
 
 
+def mlp_infer(x: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str) -> Tensor:
+    return _rows_like(x, weights[-1].shape[0])
+
+
+def gated_mlp_infer(x, w_gate, w_up, w_down, activation) -> Tensor:
+    return _rows_like(x, w_down.shape[0])
+
+
 def act_and_mul(gate: Tensor, up: Tensor, activation: str) -> Tensor:
     return gate.new_empty(gate.shape)
 
@@ -45,11 +54,15 @@ def act_and_mul_backward(grad, gate, up, activation) -> list[Tensor]:
 
 FAKES = {
     "cuda_linear": linear,
+    "cuda_linear_infer": linear,
     "cuda_linear_backward": linear_backward,
     "cuda_mlp": mlp,
+    "cuda_mlp_infer": mlp_infer,
     "cuda_mlp_backward": mlp_backward,
     "cuda_gated_mlp": gated_mlp,
+    "cuda_gated_mlp_infer": gated_mlp_infer,
     "cuda_gated_mlp_backward": gated_mlp_backward,
     "cuda_act_and_mul": act_and_mul,
+    "cuda_act_and_mul_infer": act_and_mul,
     "cuda_act_and_mul_backward": act_and_mul_backward,
 }

@@ -1,8 +1,9 @@
 """Loads `_C.abi3.so` into torch.ops.<OPS_NAMESPACE> and registers its fake kernels and autograd.
 
-The C++ side defines the ops (`cuda_linear`, `cuda_mlp`, ... and their `*_backward` helpers) through
-the torch stable ABI; this module adds what torch.compile and autograd need in Python. Backward ops
-recompute pre-activations instead of keeping them from forward, so forward stays one fused pass.
+The C++ side defines the ops (`cuda_linear`, `cuda_mlp`, ..., their `*_infer` inference forms and the
+`*_backward` helpers) through the torch stable ABI; this module adds what torch.compile and autograd need
+in Python. The `*_infer` ops get fakes but no autograd, so an inference call never enters Python autograd
+code. Backward ops recompute pre-activations instead of keeping them from forward.
 """
 
 from __future__ import annotations
