@@ -1,9 +1,10 @@
-"""Benchmark the fused-MLP workloads on one GPU, every implementation in one run.
+"""Kernel-developer benchmark of the Triton backend in kernel_src (JIT), and its tile-config tuning.
 
-Implementations: eager PyTorch, cuBLASLt epilogue (`torch._addmm_activation`), eager inside a CUDA graph,
-torch.compile (default; max-autotune with --max-autotune), Liger-Kernel (when importable), and ours
-(fused_mlp: graph-cached default path, direct launches, and inside a user-captured CUDA graph), and the
-CUDA C++ backend (`cuda`, when its extension is built into kernel_src/fused_mlp/cuda/).
+What users get (a built variant, loaded with get_kernel) is measured by bench/bench_ops.py and
+bench/bench_model.py; this file times kernel_src's Triton kernels next to the same anchors while they are
+being developed. Implementations: eager PyTorch, cuBLASLt epilogue (`torch._addmm_activation`), eager inside
+a CUDA graph, torch.compile (default; max-autotune with --max-autotune), Liger-Kernel (when importable), and
+ours (the Triton backend's ops, launched from Python, and inside a user-captured CUDA graph).
 Reports µs per forward in a stream of async calls (what a host loop gets), GPU µs per forward (replay of
 a captured graph of 20 forwards), % of the floor = max(FLOPs / 788 TFLOP/s, bytes / 4.25 TB/s) and GPU
 kernels per forward; writes everything as JSON.
@@ -138,16 +139,6 @@ def ours_fn(w: Workload, a: dict, ops=triton_ops) -> Callable[[], torch.Tensor]:
     return lambda: ops.act_and_mul(a["gate"], a["up"], "gelu_tanh")
 
 
-def cuda_ops():
-    """The CUDA C++ backend's ops, when its `_C.abi3.so` is built into kernel_src/fused_mlp/cuda/ here."""
-    from fused_mlp.cuda import available, ops
-
-    ok, why = available()
-    if not ok:
-        raise RuntimeError(f"CUDA backend not available: {why}")
-    return ops
-
-
 def graphed(fn: Callable[[], torch.Tensor], repeat: int = 1) -> Callable[[], None]:
     """fn captured `repeat` times in one CUDA graph (after a warm-up call); returns its replay."""
     stream = torch.cuda.Stream()
@@ -222,20 +213,6 @@ def implementations(w: Workload, a: dict, max_autotune: bool) -> dict[str, Calla
 
         return build
 
-    def ours_direct():
-        from fused_mlp.triton import graphs
-
-        fn = ours_fn(w, a)
-
-        def run():
-            graphs.ENABLED = False
-            try:
-                return fn()
-            finally:
-                graphs.ENABLED = True
-
-        return run
-
     def ours_graph_without_pdl():
         from fused_mlp.triton import configs
 
@@ -255,10 +232,7 @@ def implementations(w: Workload, a: dict, max_autotune: bool) -> dict[str, Calla
         impls["compile_max_autotune"] = compiled("max-autotune")
     impls["liger"] = lambda: liger_fn(w, a)
     impls["ours"] = lambda: ours_fn(w, a)
-    impls["ours_direct"] = ours_direct
     impls["ours_in_user_graph"] = lambda: graphed(ours_fn(w, a))
-    impls["cuda"] = lambda: ours_fn(w, a, cuda_ops())
-    impls["cuda_in_user_graph"] = lambda: graphed(ours_fn(w, a, cuda_ops()))
     if w.kind != "act_and_mul":
         impls["ours_in_user_graph_no_pdl"] = ours_graph_without_pdl
     return impls
@@ -409,49 +383,6 @@ def tune(dtype: torch.dtype) -> list[dict]:
     return results
 
 
-def host_breakdown() -> dict[str, float]:
-    """Host µs of the pieces of one graph-cached small-batch `mlp` call (the M=16 path is host-bound)."""
-    from fused_mlp.triton import forward, graphs, ops
-
-    a = make_inputs(WORKLOADS[1], torch.bfloat16)
-    x, ws, bs = a["x"], a["ws"], a["bs"]
-    tiny = torch.zeros(16, device="cuda")
-    tiny_graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(tiny_graph):
-        tiny.add_(1)
-    pieces = {
-        "fused_mlp.mlp (graph hit)": lambda: triton_ops.mlp(x, ws, bs, "relu"),
-        "x.new_empty": lambda: x.new_empty((16, 1024)),
-        "graph cache key": lambda: (
-            "mlp",
-            "relu",
-            x.data_ptr(),
-            x.shape,
-            x.stride(),
-            x.dtype,
-            0,
-            *[(w.data_ptr(), w.shape, w.stride(), w.dtype) for w in ws],
-            *[b.data_ptr() for b in bs],
-        ),
-        "_needs_op + usable": lambda: (ops._needs_op(x, *ws, *bs), graphs.usable(x)),
-        "CUDAGraph.replay (1 tiny kernel)": tiny_graph.replay,
-        "one Triton launch (act_and_mul, 16 elems)": lambda: forward.act_and_mul(tiny, tiny, "silu"),
-    }
-    out = {}
-    with torch.no_grad():
-        for name, fn in pieces.items():
-            for _ in range(20):
-                fn()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(2000):
-                fn()
-            torch.cuda.synchronize()
-            out[name] = (time.perf_counter() - t0) / 2000 * 1e6
-            print(f"host {name:<45} {out[name]:7.2f} us", flush=True)
-    return out
-
-
 def environment() -> dict:
     import triton
 
@@ -483,18 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tune", action="store_true", help="measure tile configs first and use the best")
     parser.add_argument("--only", default="", help="substring filter on workload names")
-    parser.add_argument("--host", action="store_true", help="also time the host pieces of a small-batch call")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mlp needs a CUDA GPU", file=sys.stderr)
         return 2
-    report = {"environment": environment(), "tuning": [], "rows": [], "host_us": {}}
+    report = {"environment": environment(), "tuning": [], "rows": []}
     print(json.dumps(report["environment"]))
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
     if args.tune:
         report["tuning"] = tune(dtypes[0])
-    if args.host:
-        report["host_us"] = host_breakdown()
     for dtype in dtypes:
         for w in WORKLOADS:
             if args.only in w.name:

@@ -1,5 +1,5 @@
 """The same checks on a CUDA device in bf16/fp16/fp32, plus what only a GPU shows: opcheck on CUDA,
-torch.compile (inductor) fullgraph without recompiles, the small-batch graph cache, capture inside a
+torch.compile (inductor) fullgraph without recompiles, repeated calls on one buffer, capture inside a
 user's CUDA graph, and AOT cubins launching with the JIT's results. Run on the device: pytest -m gpu."""
 
 import fused_mlp
@@ -143,9 +143,7 @@ def test_compile_inductor_fullgraph_no_recompile():
         torch._dynamo.config.error_on_recompile = False
 
 
-def test_graph_cache_replays_fresh_results():
-    from fused_mlp.triton import graphs
-
+def test_repeated_calls_read_fresh_inputs_and_keep_earlier_outputs():
     d = torch.float16
     ws = [randn(64, 64, dtype=d, device=DEV, scale=0.1) for _ in range(3)]
     bs = [randn(64, dtype=d, device=DEV) for _ in range(3)]
@@ -154,12 +152,10 @@ def test_graph_cache_replays_fresh_results():
     def expected():
         return ref.mlp(x.double(), [w.double() for w in ws], [b.double() for b in bs], "silu")
 
-    before = len(graphs.CACHE)
     with torch.no_grad():
         for _ in range(4):
-            x.copy_(torch.randn_like(x))  # same address, new contents: a replay must read them
-            assert_close(triton_ops.mlp(x, ws, bs, "silu"), expected(), d, "graph-cached mlp")
-        assert len(graphs.CACHE) > before, "the repeated small-batch call was never captured"
+            x.copy_(torch.randn_like(x))  # same address, new contents: every call must read them
+            assert_close(triton_ops.mlp(x, ws, bs, "silu"), expected(), d, "repeated mlp")
         kept, kept_expected = triton_ops.mlp(x, ws, bs, "silu"), expected()
         for _ in range(3):  # later calls must not overwrite an output the caller still holds
             x.copy_(torch.randn_like(x))

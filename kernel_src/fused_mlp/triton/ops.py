@@ -1,10 +1,12 @@
-"""The Triton backend's public ops (the module `fused_mlp` selects as its backend).
+"""The Triton backend's public ops (the module `fused_mlp` selects as its backend): the portable
+fallback, Triton kernels JIT-compiled (or taken from shipped AOT cubins) and launched from Python.
 
-Each call takes one of three paths:
+Each call takes one of two paths:
 - custom op (`custom_ops`): under torch.compile tracing or when autograd needs a graph node;
-- cached CUDA graph (`graphs`): CUDA inference forwards of `mlp`/`gated_mlp`, one graph replay per
-  forward;
 - direct launches (`forward`): everything else, including the CPU interpreter.
+There is no cache of captured CUDA graphs (keyed by addresses it thrashed in real models and captured
+per call): users who want graph replay capture their model (every op here is capturable) or use
+torch.compile(mode="reduce-overhead").
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from ..reference import check_activation, normalize_biases
-from . import custom_ops, forward, graphs
+from . import custom_ops, forward
 
 
 def _needs_op(*tensors: torch.Tensor | None) -> bool:
@@ -43,23 +45,11 @@ def mlp(
     biases = normalize_biases(weights, biases)
     if _needs_op(x, *weights, *biases):
         return custom_ops.mlp(x, list(weights), *custom_ops.split_biases(biases), activation)
-    out = x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
-    if not graphs.usable(x):
-        _mlp_checked(x, weights, biases, activation, out)
-        return out
-    # The key names everything the captured launches read; biases are fixed by their weights' shapes.
-    key = ("mlp", activation, x.data_ptr(), x.shape, x.stride(), x.dtype, out.data_ptr(),
-           *[(w.data_ptr(), w.shape, w.stride(), w.dtype) for w in weights],
-           *[0 if b is None else b.data_ptr() for b in biases])  # fmt: skip
-    if not graphs.CACHE.replay(key):
-        graphs.CACHE.run(key, lambda: _mlp_checked(x, weights, biases, activation, out))
-    return out
-
-
-def _mlp_checked(x, weights, biases, activation, out) -> None:
     check_activation(activation)
     forward.check_mlp(x, weights, biases)
+    out = x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
     forward.mlp_rows(forward.rows(x), weights, biases, activation, out.view(-1, out.shape[-1]))
+    return out
 
 
 def gated_mlp(
@@ -71,21 +61,11 @@ def gated_mlp(
 ) -> torch.Tensor:
     if _needs_op(x, w_gate, w_up, w_down):
         return custom_ops.gated_mlp(x, w_gate, w_up, w_down, activation)
-    out = x.new_empty((*x.shape[:-1], w_down.shape[0]))
-    if not graphs.usable(x):
-        _gated_checked(x, w_gate, w_up, w_down, activation, out)
-        return out
-    key = ("gated_mlp", activation, x.data_ptr(), x.shape, x.stride(), x.dtype, out.data_ptr(),
-           *[(w.data_ptr(), w.shape, w.stride(), w.dtype) for w in (w_gate, w_up, w_down)])  # fmt: skip
-    if not graphs.CACHE.replay(key):
-        graphs.CACHE.run(key, lambda: _gated_checked(x, w_gate, w_up, w_down, activation, out))
-    return out
-
-
-def _gated_checked(x, w_gate, w_up, w_down, activation, out) -> None:
     check_activation(activation)
     forward.check_gated(x, w_gate, w_up, w_down)
+    out = x.new_empty((*x.shape[:-1], w_down.shape[0]))
     forward.gated_rows(forward.rows(x), w_gate, w_up, w_down, activation, out.view(-1, out.shape[-1]))
+    return out
 
 
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
