@@ -243,10 +243,9 @@ def embed_triton(
                 )
             except embed_cubins.EmbedError as exc:
                 raise CudaBuildError(str(exc)) from None
-            how = [f"compiled for {', '.join(rows['compiled'])}"] * bool(rows["compiled"]) + [
-                f"reused for {', '.join(rows['reused'])}"
-            ] * bool(rows["reused"])
-            note = f"Triton {rows['triton']} cubins ({'; '.join(how)}) of {', '.join(sorted({k for v in want.values() for k in v}))}"
+            how = [f"{verb} {arch}: {', '.join(kernels)}" for verb in ("compiled", "reused")
+                   for arch, kernels in rows[verb].items()]  # fmt: skip
+            note = f"Triton {rows['triton']} cubins ({'; '.join(how)})"
     try:
         summary = embed_cubins.write_sources(gen, package_dir, rows, cuobjdump, note)
     except embed_cubins.EmbedError as exc:

@@ -1,7 +1,7 @@
 """Compile the CUDA extension's table of Triton cubins and implementation paths into a C++ source.
 
 The CUDA variant launches Triton kernels from C++ (kernel_src/fused_mlp/cuda/csrc/triton_launch.cu): their
-cubins, compiled ahead of time by `fused_mlp.triton.aot` (Triton's own compiler, no GPU needed), are
+cubins, compiled ahead of time by `fused_mlp.triton.aot_build` (Triton's own compiler, no GPU needed), are
 embedded in `_C.abi3.so` with their launch metadata, beside the path table of
 `fused_mlp/cuda/paths.py`. Two steps:
 
@@ -34,7 +34,7 @@ LAUNCH_SIGNATURES = {
     "act_and_mul_kernel": "ptr ptr ptr i32:16",
 }
 STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2}
-IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "wmma": 3, "cuda": 4}
+IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3}
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"
 BLOB = "cubins.bin"
@@ -72,29 +72,29 @@ _ROWS_SCRIPT = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from fused_mlp.triton import aot
+from fused_mlp.triton import aot_build as aot
 want = json.loads(sys.argv[2])
 own, reuse, dtypes = Path(sys.argv[3]), sys.argv[4], tuple(sys.argv[5].split(","))
 triton = __import__("triton").__version__
-defs = aot._kernel_defs()
-out = {"triton": triton, "rows": [], "params": {}, "compiled": [], "reused": []}
+defs = aot.kernel_defs()
+out = {"triton": triton, "rows": [], "params": {}, "compiled": {}, "reused": {}}
 for arch, kernels in want.items():
-    rows = [r for r in aot.shipped_rows(arch, dtypes) if r.spec.kernel in kernels]
     have = Path(reuse) / triton / arch if reuse else None
-    if have is not None and all((have / (r.spec.file_stem() + ".cubin")).is_file() for r in rows):
-        folder = have
-        out["reused"].append(arch)
-    else:
-        aot.compile_all(own, arch, dtypes=dtypes, kernels=kernels)
-        folder = own / triton / arch
-        out["compiled"].append(arch)
-    for row in rows:
-        s = row.spec
-        kdef = defs[s.kernel]
-        out["params"][s.kernel] = " ".join(kind for _, kind in kdef.params)
-        out["rows"].append({"arch": arch, "dir": str(folder), "stem": s.file_stem(), "kernel": s.kernel,
-                            "dtype": s.dtype, "act": row.act, "has_bias": row.has_bias, "max_rows": row.max_rows,
-                            "consts": dict(zip(kdef.constexprs, s.consts))})
+    for kernel in kernels:
+        rows = [r for r in aot.shipped_rows(arch, dtypes) if r.spec.kernel == kernel]
+        if have is not None and all((have / (r.spec.file_stem() + ".cubin")).is_file() for r in rows):
+            folder = have
+            out["reused"].setdefault(arch, []).append(kernel)
+        else:
+            aot.compile_all(own, arch, dtypes=dtypes, kernels=[kernel])
+            folder = own / triton / arch
+            out["compiled"].setdefault(arch, []).append(kernel)
+        out["params"][kernel] = " ".join(kind for _, kind in defs[kernel].params)
+        for row in rows:
+            s = row.spec
+            out["rows"].append({"arch": arch, "dir": str(folder), "stem": s.file_stem(), "kernel": kernel,
+                                "dtype": s.dtype, "act": row.act, "has_bias": row.has_bias, "max_rows": row.max_rows,
+                                "consts": dict(zip(defs[kernel].constexprs, s.consts))})
 print(json.dumps(out))
 """
 
@@ -109,9 +109,10 @@ def aot_rows(
     dtypes: tuple[str, ...] = ("bf16", "fp16"),
     env: dict[str, str] | None = None,
 ) -> dict:
-    """Cubins of the `want` kernels per arch, with `python`'s Triton: taken from `reuse`/<triton>/<arch>/ when
-    it holds every one (compile_all's layout, e.g. the torch-cuda variant's cubins of the same build), else
-    compiled into own_root. Returns {"triton", "rows": [...], "params", "compiled", "reused"} for write_sources."""
+    """Cubins of the `want` kernels per arch, with `python`'s Triton: a kernel's are taken from
+    `reuse`/<triton>/<arch>/ when it holds every one (compile_all's layout, e.g. the torch-cuda variant's
+    cubins of the same build), else compiled into own_root. Returns {"triton", "rows": [...], "params",
+    "compiled": {arch: kernels}, "reused": {arch: kernels}} for write_sources."""
     env = {k: v for k, v in (env or os.environ).items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DISABLE_LINE_INFO", "1")  # line info embeds the staging path: not reproducible
     cmd = [python, "-c", _ROWS_SCRIPT, str(Path(package_dir).parent), json.dumps(want), str(own_root),

@@ -36,9 +36,9 @@ def test_path_table_is_well_formed():
 
 
 def test_launcher_arguments_match_the_triton_kernels():
-    from fused_mlp.triton import aot
+    from fused_mlp.triton import aot_build
 
-    defs = aot._kernel_defs()
+    defs = aot_build.kernel_defs()
     for kernel in PATHS.TRITON_KERNELS.values():
         kinds = " ".join(kind for _, kind in defs[kernel].params)
         assert embed_cubins.LAUNCH_SIGNATURES[kernel] == kinds, kernel
@@ -87,7 +87,13 @@ def test_real_cubin_parameters_and_generated_table(tmp_path):
     """One kernel compiled for sm_90a by the real Triton compiler (~5 s), then embedded."""
     want = {"sm_90a": ["act_and_mul_kernel"]}
     rows = embed_cubins.aot_rows(PACKAGE, sys.executable, want, tmp_path / "cubins", dtypes=("bf16",))
-    assert rows["compiled"] == ["sm_90a"] and len(rows["rows"]) == 5, rows  # one per activation
+    assert rows["compiled"] == want and not rows["reused"] and len(rows["rows"]) == 5, (
+        rows
+    )  # one per activation
+    again = embed_cubins.aot_rows(
+        PACKAGE, sys.executable, want, tmp_path / "unused", reuse=tmp_path / "cubins", dtypes=("bf16",)
+    )
+    assert again["reused"] == want and not again["compiled"] and not (tmp_path / "unused").exists(), again
     import triton
 
     cuobjdump = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")

@@ -12,7 +12,6 @@ Implementations:
   the cubin was specialised for; any other call takes the step's fallback.
 - `cublaslt`: a cuBLASLt GEMM with the bias/relu/gelu_tanh epilogue (gelu and silu: one more kernel).
 - `split`: gate_up as two `linear` steps (gate, up) into scratch, then the `act_and_mul` step.
-- `wmma`: gate_up as one CUDA C++ tensor-core (WMMA) kernel with the act(g)*u epilogue.
 - `cuda`: the CUDA C++ elementwise act_and_mul kernel.
 FALLBACK names what runs when the chosen implementation cannot take a call (fp32, misaligned, no cubin).
 
@@ -25,7 +24,7 @@ from __future__ import annotations
 STEPS = ("linear", "gate_up", "act_and_mul")
 IMPLS = {
     "linear": ("triton", "cublaslt"),
-    "gate_up": ("triton", "split", "wmma"),
+    "gate_up": ("triton", "split"),
     "act_and_mul": ("triton", "cuda"),
 }
 FALLBACK = {"linear": "cublaslt", "gate_up": "split", "act_and_mul": "cuda"}
@@ -35,13 +34,16 @@ TRITON_KERNELS = {"linear": "linear_kernel", "gate_up": "gate_up_kernel", "act_a
 Rows = tuple[tuple[int | None, str], ...]
 
 PATHS: dict[str, dict[str, Rows]] = {
-    # H200 (2026-12-02, bf16, GPU µs in a graph): 3-layer MLP 1024 at M=16 Triton+PDL 11.9 vs cuBLASLt
-    # 13.2; at M=1024 cuBLASLt 19.2 vs Triton 22.2; gated M=1024 Triton fused 40.0 vs WMMA 85, M=8192
-    # two cuBLAS GEMMs + act_and_mul (Liger's shape of work) 222 vs Triton 249; act_and_mul Triton 37.5 vs 40.4.
+    # H200, bf16, 2026-12-03 (bench/bench_paths.py, GPU µs per call in a graph; bench/RESULTS.md "path
+    # table"). linear, summed over mlp 3x1024 relu+bias and a 3072->768 linear: M=1 Triton 23.6 vs cuBLASLt
+    # 29.1; M=16 20.8 vs 18.2; M=1024 36.2 vs 26.6; M=8192 175.7 vs 131.1. gate_up (gated 768x3072): Triton
+    # fused 13.3-16.5 vs split 16.6-18.7 up to M=256; M=1024 34.9 vs 34.6; M=8192 221.7 vs 208.5 (the WMMA
+    # kernel, 41-559, lost everywhere and is gone). act_and_mul [M, 3072]: CUDA 1.7-2.8 vs Triton 2.4-2.9 up to
+    # M=256; from M=1024 Triton (8192: 37.7 vs 40.8).
     "sm_90a": {
         "linear": ((16, "triton"), (None, "cublaslt")),
-        "gate_up": ((1024, "triton"), (None, "split")),
-        "act_and_mul": ((None, "triton"),),
+        "gate_up": ((256, "triton"), (None, "split")),
+        "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
     "default": {

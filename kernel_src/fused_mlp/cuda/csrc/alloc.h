@@ -60,6 +60,26 @@ class Scratch {
     buffer_ = empty_on(like, &n, 1, aoti_torch_dtype_uint8());
     base_ = static_cast<char*>(buffer_->mutable_data_ptr());
   }
+  // Small calls: the output and the scratch in ONE allocation (one allocator call less on the host-bound
+  // path). The output is a tensor over the buffer's first bytes; it keeps the scratch bytes alive with it,
+  // so this is only for scratch up to kShareBytes. Returns the output, shaped `sizes` in like's dtype.
+  static constexpr size_t kShareBytes = 1u << 20;
+  bool can_share() const { return total_ <= kShareBytes; }
+  Tensor allocate_with_output(const Tensor& like, const int64_t* sizes, int64_t ndim, size_t elem_bytes) {
+    int64_t strides[8], numel = 1;
+    for (int64_t d = ndim; d-- > 0;) {
+      strides[d] = numel;
+      numel *= sizes[d];
+    }
+    const int64_t head = static_cast<int64_t>((numel * elem_bytes + 255) / 256 * 256);
+    const int64_t total = (head + static_cast<int64_t>(total_) + static_cast<int64_t>(elem_bytes) - 1) /
+                          static_cast<int64_t>(elem_bytes);
+    buffer_ = empty_on(like, &total, 1);
+    AtenTensorHandle out = nullptr;
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(buffer_->get(), ndim, sizes, strides, 0, &out));
+    base_ = static_cast<char*>(buffer_->mutable_data_ptr()) + head;
+    return Tensor(out);
+  }
   void* at(size_t offset) const { return base_ ? base_ + offset : nullptr; }
 
  private:

@@ -103,10 +103,18 @@ inline void check_cuda_tensor(const Tensor& t, const char* op, const char* name)
                   "` is not on a CUDA device; the cuda backend needs CUDA tensors");
 }
 
+// The shim's dtype code: compared as is on the hot path (Tensor::scalar_type() maps it through a chain of
+// shim calls); names only for the error message.
+inline int32_t dtype_code(const Tensor& t) {
+  int32_t code = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(t.get(), &code));
+  return code;
+}
+
 inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name) {
-  STD_TORCH_CHECK(a.scalar_type() == b.scalar_type(), "fused_mlp.", op, ": `", name, "` has dtype ",
-                  torch::headeronly::toString(b.scalar_type()), " but the input has ",
-                  torch::headeronly::toString(a.scalar_type()), "; cast them to one dtype");
+  if (dtype_code(a) == dtype_code(b)) return;
+  STD_TORCH_CHECK(false, "fused_mlp.", op, ": `", name, "` has dtype ", torch::headeronly::toString(b.scalar_type()),
+                  " but the input has ", torch::headeronly::toString(a.scalar_type()), "; cast them to one dtype");
 }
 
 inline cudaStream_t current_stream(const Tensor& t) {

@@ -131,6 +131,23 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   check_status(cublasLtMatrixLayoutCreate(&plan.lb, dt, rows_a, cols_a, rows_a), "layout A");
   check_status(cublasLtMatrixLayoutCreate(&plan.lc, dt, g.n, g.m, g.n), "layout C");
 
+  // One heuristic query per power-of-two bucket of M: the algorithm found for the first M of a bucket is
+  // checked (cublasLtMatmulAlgoCheck) and reused for the bucket's other sizes, so a stream of new batch
+  // sizes neither queries nor loads new kernels per size. Only a failed check queries again.
+  thread_local std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> bucket_algos;
+  AlgoKey bucket = key;
+  bucket.m = 1;
+  while (bucket.m < g.m) bucket.m *= 2;
+  cublasLtMatmulHeuristicResult_t result;
+  const auto known = bucket_algos.find(bucket);
+  if (known != bucket_algos.end() &&
+      cublasLtMatmulAlgoCheck(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, &known->second, &result) ==
+          CUBLAS_STATUS_SUCCESS &&
+      result.workspaceSize <= kMaxWorkspaceBytes) {
+    plan.algo = known->second;
+    plan.workspace = result.workspaceSize;
+    return &plans.emplace(key, plan).first->second;
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   check_status(cublasLtMatmulPreferenceCreate(&pref), "preference");
   const uint64_t ws = kMaxWorkspaceBytes;
@@ -140,7 +157,6 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
-  cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1,
                                               &result, &found), "heuristic");
@@ -149,6 +165,7 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
                   " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
   plan.algo = result.algo;
   plan.workspace = result.workspaceSize;
+  bucket_algos[bucket] = plan.algo;
   return &plans.emplace(key, plan).first->second;
 }
 

@@ -47,6 +47,23 @@ Mat as_rows(const Tensor& x, const char* op, const char* name) {
 // A new [rows, n] matrix shaped like x's leading dims + [n].
 Mat new_rows(const Mat& x, int64_t n) { return {empty_rows_like(x.t, n), x.rows, n}; }
 
+// The output of an inference op (x's leading dims + [n]) and the call's scratch: one allocation when the
+// scratch is small (the host-bound calls), else two.
+Tensor output_and_scratch(const Tensor& x, int64_t n, Scratch& s) {
+  if (!s.can_share()) {
+    Tensor out = empty_rows_like(x, n);
+    s.allocate(x);
+    return out;
+  }
+  const auto sizes = x.sizes();
+  int64_t shape[8];
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  STD_TORCH_CHECK(nd <= 8, "fused_mlp: inputs of more than 8 dims are not supported, got ", nd);
+  for (int64_t d = 0; d < nd; ++d) shape[d] = sizes[d];
+  shape[nd - 1] = n;
+  return s.allocate_with_output(x, shape, nd, x.element_size());
+}
+
 Tensor new_zeros(const Tensor& like, std::initializer_list<int64_t> sizes) {
   Tensor t = empty_on(like, sizes);
   if (t.numel() > 0) torch::stable::zero_(t);
@@ -146,10 +163,15 @@ Tensor linear(Tensor x, Tensor w, std::optional<Tensor> b, std::string activatio
   return linear_now(x2, w2, ptr_of(b2), act, ctx_for(x)).t;
 }
 
+// How far an inference call goes: all the way, or (the host-cost probe, bench/host_cost.py) returning after
+// the arguments reached C++, after checks and planning, or after allocation.
+enum class Stop : int64_t { Arguments = 0, Planned = 1, Allocated = 2, Launched = 3 };
+
 // The layer chain of `mlp`: every layer's output as its own tensor when `keep` (backward needs them), else
 // intermediates in one scratch buffer and only the last layer's output allocated.
 std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs,
-                              const std::string& activation, bool keep) {
+                              const std::string& activation, bool keep, Stop stop = Stop::Launched) {
+  if (stop == Stop::Arguments) return {x};
   const Act act = parse_activation(activation);
   STD_TORCH_CHECK(!ws.empty(), "fused_mlp.mlp: `weights` is empty; pass at least one weight");
   STD_TORCH_CHECK(bs.empty() || bs.size() == ws.size(), "fused_mlp.mlp: got ", bs.size(), " biases for ", ws.size(),
@@ -177,10 +199,15 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
     align_in = kFreshAlign;
     cols = w2[l].rows;
   }
+  if (stop == Stop::Planned) return {x};
   std::vector<Tensor> outs;
-  for (size_t l = 0; l < layers; ++l)
-    if (keep || l + 1 == layers) outs.push_back(empty_rows_like(x, w2[l].rows));
-  s.allocate(x);
+  if (keep) {
+    for (size_t l = 0; l < layers; ++l) outs.push_back(empty_rows_like(x, w2[l].rows));
+    s.allocate(x);
+  } else {
+    outs.push_back(output_and_scratch(x, cols, s));
+  }
+  if (stop == Stop::Allocated) return outs;
   const void* in = x2.ptr();
   for (size_t l = 0; l < layers; ++l) {
     void* out = keep ? outs[l].mutable_data_ptr() : (l + 1 == layers ? outs.back().mutable_data_ptr() : s.at(at[l]));
@@ -198,6 +225,12 @@ std::vector<Tensor> mlp(Tensor x, std::vector<Tensor> ws, std::vector<Tensor> bs
 
 Tensor mlp_infer(Tensor x, std::vector<Tensor> ws, std::vector<Tensor> bs, std::string activation) {
   return mlp_chain(x, ws, bs, activation, false)[0];
+}
+
+// mlp_infer stopped after stage `stop` (Stop); returns x or the (unwritten) output. For host-cost breakdowns.
+Tensor mlp_probe(Tensor x, std::vector<Tensor> ws, std::vector<Tensor> bs, std::string activation, int64_t stop) {
+  STD_TORCH_CHECK(stop >= 0 && stop <= 3, "fused_mlp: probe stage must be 0..3, got ", stop);
+  return mlp_chain(x, ws, bs, activation, false, static_cast<Stop>(stop))[0];
 }
 
 // y = down(act(gate(x)) * up(x)); h (the down projection's input) is a returned tensor when `keep_h`.
@@ -221,9 +254,13 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
   const LinearPlan down =
       plan_linear(c, x2.rows, wd.rows, wg.rows, Act::None, false, dt, kFreshAlign, alignment_of(wd.ptr()), 16, s);
   const size_t h_at = keep_h ? 0 : s.reserve(static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size());
-  std::vector<Tensor> outs{empty_rows_like(x, wd.rows)};
-  if (keep_h) outs.push_back(empty_rows_like(x, wg.rows));
-  s.allocate(x);
+  std::vector<Tensor> outs;
+  if (keep_h) {
+    outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows)};
+    s.allocate(x);
+  } else {
+    outs.push_back(output_and_scratch(x, wd.rows, s));
+  }
   void* h = keep_h ? outs[1].mutable_data_ptr() : s.at(h_at);
   run_gate_up(gu, c, s, x2.ptr(), wg.ptr(), wu.ptr(), h);
   run_linear(down, c, s, h, wd.ptr(), nullptr, outs[0].mutable_data_ptr());
@@ -363,7 +400,7 @@ std::vector<Tensor> act_and_mul_backward_op(Tensor grad, Tensor gate, Tensor up,
 // ---- implementation paths (benchmarks and tests) ---------------------------------------------------------
 
 const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul"};
-const char* const kImplNames[] = {"triton", "cublaslt", "split", "wmma", "cuda"};
+const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda"};
 
 int index_of(const char* const* names, int n, const std::string& name, const char* what) {
   for (int i = 0; i < n; ++i)
@@ -375,7 +412,7 @@ int index_of(const char* const* names, int n, const std::string& name, const cha
 // Force `step` to `impl` ("table": back to the path table) for later calls; returns the previous setting.
 std::string set_path(std::string step, std::string impl) {
   const int s = index_of(kStepNames, 3, step, "step (use linear, gate_up or act_and_mul)");
-  const int i = impl == "table" ? -1 : index_of(kImplNames, 5, impl, "implementation");
+  const int i = impl == "table" ? -1 : index_of(kImplNames, 4, impl, "implementation");
   const int before = set_path_override(static_cast<Step>(s), i);
   return before < 0 ? "table" : kImplNames[before];
 }
@@ -422,6 +459,7 @@ FMLP_LIBRARY(FUSED_MLP_NS, m) {
   m.def("cuda_act_and_mul(Tensor gate, Tensor up, str activation) -> Tensor");
   m.def("cuda_act_and_mul_infer(Tensor gate, Tensor up, str activation) -> Tensor");
   m.def("cuda_act_and_mul_backward(Tensor grad, Tensor gate, Tensor up, str activation) -> Tensor[]");
+  m.def("cuda_mlp_probe(Tensor x, Tensor[] weights, Tensor[] biases, str activation, int stop) -> Tensor");
   m.def("cuda_set_path(str step, str impl) -> str");
   m.def("cuda_build_info(int device) -> str");
 }
@@ -433,6 +471,7 @@ FMLP_LIBRARY_IMPL(FUSED_MLP_NS, CUDA, m) {
   m.impl("cuda_mlp", TORCH_BOX(&fused_mlp::mlp));
   m.impl("cuda_mlp_infer", TORCH_BOX(&fused_mlp::mlp_infer));
   m.impl("cuda_mlp_backward", TORCH_BOX(&fused_mlp::mlp_backward));
+  m.impl("cuda_mlp_probe", TORCH_BOX(&fused_mlp::mlp_probe));
   m.impl("cuda_gated_mlp", TORCH_BOX(&fused_mlp::gated_mlp));
   m.impl("cuda_gated_mlp_infer", TORCH_BOX(&fused_mlp::gated_mlp_infer));
   m.impl("cuda_gated_mlp_backward", TORCH_BOX(&fused_mlp::gated_mlp_backward));

@@ -3,7 +3,6 @@
 #include "steps.h"
 
 #include "elementwise.h"
-#include "gate_up.h"
 
 namespace fused_mlp {
 namespace {
@@ -107,8 +106,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
     if (p.cubin != nullptr && k % p.cubin->block_k == 0) return p;
     p.cubin = nullptr;
   }
-  if (p.impl == Impl::Wmma && dtype != ScalarType::Float) return p;
-  p.impl = Impl::Split;  // also fp32 under `wmma`: its fp32 kernel is plain SIMT
+  p.impl = Impl::Split;
   const size_t bytes = static_cast<size_t>(m * i) * (dtype == ScalarType::Float ? 4 : 2);
   p.g_off = s.reserve(bytes);
   p.u_off = s.reserve(bytes);
@@ -126,10 +124,6 @@ void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void
     const int32_t m = static_cast<int32_t>(p.m), i = static_cast<int32_t>(p.i), k = static_cast<int32_t>(p.k);
     const KArg args[] = {x, wg, wu, h, m, i, k, k, k, k, i};  // x, wg, wu, h, M, N, K, strides x / wg / wu / h
     launch_cubin(t, cdiv(p.m, t.block_m) * cdiv(p.i, t.block_n), args, 11, nullptr, c.stream, "gated_mlp");
-    return;
-  }
-  if (p.impl == Impl::Wmma) {
-    gate_up(x, wg, wu, h, p.m, p.i, p.k, p.act, p.dtype, c.stream);
     return;
   }
   void* g = s.at(p.g_off);

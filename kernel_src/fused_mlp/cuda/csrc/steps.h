@@ -44,7 +44,7 @@ struct ActAndMulPlan {
 ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned);
 void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, const void* up, void* out);
 
-// h[M,I] = act(x[M,K] wg[I,K]^T) * (x wu^T): one fused Triton or WMMA kernel, or split into two linear steps
+// h[M,I] = act(x[M,K] wg[I,K]^T) * (x wu^T): one fused Triton kernel, or split into two linear steps
 // into scratch plus the act_and_mul step.
 struct GateUpPlan {
   Impl impl;

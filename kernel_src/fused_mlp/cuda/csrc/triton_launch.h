@@ -11,7 +11,7 @@
 namespace fused_mlp {
 
 enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2 };
-enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Wmma = 3, Cuda = 4 };
+enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3 };
 constexpr int kNumSteps = 3;
 
 // One embedded cubin as one row of its config table (layout: embed_cubins.write_sources).
