@@ -310,6 +310,7 @@ class _Context:
     env: dict[str, str]
     matrix: BuildMatrix
     api: dict | None = None  # read once, from the first variant built: every variant ships the same API
+    cubins: Path | None = None  # the Triton variant's AOT cubins of this build (the CUDA variant reuses them)
 
 
 def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResult:
@@ -320,6 +321,7 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
     aot_archs: list[str] = []
     installed = None
     recipe: ModuleType | str | None = None
+    cuda_archs: list[str] = []
     if plan.kind == "cuda":
         recipe = cuda_recipe(ctx.matrix.path.resolve().parent / "cuda")
         unavailable = recipe if isinstance(recipe, str) else recipe.cuda_unavailable_reason(None)
@@ -328,6 +330,15 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
                 raise BuildError(f"[{plan.name}] cannot build the CUDA variant: {unavailable}")
             log.warning("[%s] skipped: %s", plan.name, unavailable)
             return VariantResult(plan.name, None, "skipped", [unavailable])
+        # --arch narrows the extension's SASS too (a small .so for one GPU); the Triton kernels it embeds are
+        # compiled with this build's Triton (reusing the Triton variant's cubins) unless AOT is off.
+        cuda_archs = [a for a in plan.archs if opts.aot_archs is None or a in opts.aot_archs] or list(
+            plan.archs
+        )
+        params["cuda_archs"] = cuda_archs
+        params["cuda_triton"] = (
+            {"triton": installed_triton_version(opts.python), **dict(opts.aot_kwargs)} if opts.aot else None
+        )
     if plan.kind == "triton":
         installed = installed_triton_version(opts.python)
         wanted = selected_archs(plan, opts.aot_archs)
@@ -348,16 +359,20 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
     sass_archs: list[str] = []
     triton_versions: list[str] = []
     if plan.kind == "cuda":
-        log.info("[%s] compiling the CUDA extension for %s (takes minutes)", plan.name, ", ".join(plan.archs))
+        log.info("[%s] compiling the CUDA extension for %s (takes minutes)", plan.name, ", ".join(cuda_archs))
         scratch = ctx.matrix.path.resolve().parent / "_work" / "cuda"
-        notes += build_cuda(recipe, vdir, ctx.package, ctx.matrix.data, scratch)
-        sass_archs = list(plan.archs)
+        triton = params["cuda_triton"] is not None
+        notes += build_cuda(
+            recipe, vdir, ctx.package, ctx.matrix.data, scratch, cuda_archs, triton, opts, ctx.cubins
+        )
+        sass_archs = cuda_archs
     if aot_archs:
         sass_archs, arch_notes = compile_cubins(
             vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, opts.aot_kwargs
         )
         triton_versions = [installed]
-        cubins = list((vdir / ctx.package / "triton" / "cubins").rglob("*.cubin"))
+        ctx.cubins = vdir / ctx.package / "triton" / "cubins"
+        cubins = list(ctx.cubins.rglob("*.cubin"))
         notes += [f"{len(cubins)} AOT cubins for triton {installed}", *arch_notes]
     if ctx.api is None:
         ctx.api = read_api(vdir, ctx.package, opts.python, ctx.env)

@@ -34,10 +34,31 @@ def cuda_recipe(recipe_dir: Path) -> ModuleType | str:
     return build_variant
 
 
-def build_cuda(recipe: ModuleType, vdir: Path, package: str, matrix: Mapping, scratch: Path) -> list[str]:
-    """Compile the CUDA extension into the staged package (after its OPS_NAMESPACE is fixed); return notes."""
+def build_cuda(
+    recipe: ModuleType,
+    vdir: Path,
+    package: str,
+    matrix: Mapping,
+    scratch: Path,
+    archs: list[str],
+    triton: bool,
+    opts,
+    cubins: Path | None,
+) -> list[str]:
+    """Compile the CUDA extension into the staged package (after its OPS_NAMESPACE is fixed); return notes.
+
+    archs: the SASS archs to build; triton: embed the recipe's Triton cubins, compiled with `opts.python`'s
+    Triton (dtypes from `opts.aot_kwargs`), reusing `cubins` (the Triton variant's of this build) where they
+    already hold them; else the extension runs its cuBLASLt/CUDA fallbacks only.
+    """
+    aot = None
+    if triton:
+        dtypes = tuple(opts.aot_kwargs.get("dtypes", ("bf16", "fp16")))
+        aot = recipe.TritonAot(python=opts.python, reuse=cubins, dtypes=dtypes)
     try:
-        so = recipe.build_cuda_variant(vdir / package, scratch, dict(matrix), None)
+        so = recipe.build_cuda_variant(
+            vdir / package, scratch, dict(matrix), None, triton=aot, archs=tuple(archs)
+        )
     except (recipe.CudaBuildUnavailable, recipe.CudaBuildError) as e:
         raise BuildError(f"CUDA extension build failed: {e}") from None
     record = json.loads((Path(so).parent / "build.json").read_text())
@@ -47,4 +68,4 @@ def build_cuda(recipe: ModuleType, vdir: Path, package: str, matrix: Mapping, sc
         f"(PTX: {', '.join(record.get('ptx', [])) or 'none'}); "
         f"{sum(c['ok'] for c in checks)}/{len(checks)} ABI/arch checks passed"
     )
-    return [note]
+    return [note, record["triton"]["note"]] if record.get("triton") else [note]
