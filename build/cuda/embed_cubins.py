@@ -34,6 +34,7 @@ LAUNCH_SIGNATURES = {
     "act_and_mul_kernel": "ptr ptr ptr i32:16",
 }
 STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2}
+OP_CODES = {"linear": 0, "mlp": 1, "gated_mlp": 2, "act_and_mul": 3}  # -1 in a row: every op
 IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3}
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"
@@ -153,15 +154,17 @@ def _cc(arch: str) -> int:
     return int(arch.removeprefix("sm_").rstrip("af"))
 
 
-def _path_rows(paths) -> list[str]:
+def path_rows(paths) -> list[tuple[int, int, int, int, int, int]]:
+    """(sm, captured, op, step, max_rows, impl) codes of both tables, in table order (what C++ searches)."""
     rows = []
-    for arch, steps in paths.PATHS.items():
-        sm = 0 if arch == "default" else _cc(arch)
-        for step, choices in steps.items():
-            for bound, impl in choices:
-                rows.append(
-                    f"  {{{sm}, {STEP_CODES[step]}, {-1 if bound is None else bound}, {IMPL_CODES[impl]}}},"
-                )
+    for captured, table in ((0, paths.PATHS), (1, paths.GRAPH_PATHS)):
+        for arch, keys in table.items():
+            sm = 0 if arch == "default" else _cc(arch)
+            for key, choices in keys.items():
+                op, step = paths.split_key(key)
+                for bound, impl in choices:
+                    rows.append((sm, captured, -1 if op is None else OP_CODES[op], STEP_CODES[step],
+                                 -1 if bound is None else bound, IMPL_CODES[impl]))  # fmt: skip
     return rows
 
 
@@ -240,7 +243,7 @@ def write_sources(
         *(entries or ['  {"", -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull},  // none embedded']),
         "};",
         "const PathRow kPathRows[] = {",
-        *_path_rows(paths),
+        *(f"  {{{', '.join(str(v) for v in row)}}}," for row in path_rows(paths)),
         "};",
         "const int kNumPathRows = sizeof(kPathRows) / sizeof(kPathRows[0]);",
         "}  // namespace fused_mlp",

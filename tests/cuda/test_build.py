@@ -95,7 +95,9 @@ for name in ("cuda_linear", "cuda_mlp", "cuda_gated_mlp", "cuda_act_and_mul", "c
     assert getattr(ns, name).default._schema.name == "{NAMESPACE}::" + name
 info = json.loads(ns.cuda_build_info(0))
 assert info["entries"] == {embedded["entries"]}, info
-assert info["triton"] == "{embedded["version"]}" and info["paths"]["linear"][0][1] == "cublaslt", info
+assert info["triton"] == "{embedded["version"]}" and info["sm"] == 0, info  # no GPU: the default rows
+assert info["paths"]["mlp/linear"][0] == [1, "cublaslt", "cublaslt"], info
+assert info["paths"]["gated_mlp/gate_up"][-1] == [8192, "split", "split"], info
 x = torch.empty(3, 5, 64, device="meta", dtype=torch.bfloat16)
 ws = [torch.empty(32, 64, device="meta", dtype=torch.bfloat16), torch.empty(8, 32, device="meta", dtype=torch.bfloat16)]
 assert ns.cuda_mlp_infer(x, ws, [], "relu").shape == (3, 5, 8)

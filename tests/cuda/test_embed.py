@@ -23,14 +23,18 @@ def test_path_table_is_well_formed():
     assert set(PATHS.IMPLS) == set(embed_cubins.STEP_CODES)
     for step, impl in PATHS.FALLBACK.items():
         assert impl in PATHS.IMPLS[step] and impl != "triton", (step, impl)
-    assert "default" in PATHS.PATHS
-    for arch, steps in PATHS.PATHS.items():
-        assert set(steps) == set(PATHS.STEPS), arch
-        for step, rows in steps.items():
-            assert rows[-1][0] is None, f"{arch} {step}: the last row must admit any M"
-            bounds = [b for b, _ in rows[:-1]]
-            assert bounds == sorted(bounds), f"{arch} {step}: bounds must grow"
-            assert all(impl in PATHS.IMPLS[step] for _, impl in rows), (arch, step, rows)
+    assert "default" in PATHS.PATHS and set(PATHS.OPS) == set(embed_cubins.OP_CODES)
+    for table in (PATHS.PATHS, PATHS.GRAPH_PATHS):
+        for arch, keys in table.items():
+            steps = {PATHS.split_key(k)[1] for k in keys}
+            assert table is PATHS.GRAPH_PATHS or set(PATHS.STEPS) <= steps, arch  # every step has rows
+            for key, rows in keys.items():
+                op, step = PATHS.split_key(key)
+                assert op is None or op in PATHS.OPS, key
+                assert rows[-1][0] is None, f"{arch} {key}: the last row must admit any M"
+                bounds = [b for b, _ in rows[:-1]]
+                assert bounds == sorted(bounds), f"{arch} {key}: bounds must grow"
+                assert all(impl in PATHS.IMPLS[step] for _, impl in rows), (arch, key, rows)
     assert all(i in embed_cubins.IMPL_CODES for impls in PATHS.IMPLS.values() for i in impls)
     assert "triton" not in {i for rows in PATHS.PATHS["default"].values() for _, i in rows}
 
@@ -58,19 +62,16 @@ def _path_rows(source: str) -> list[tuple[int, ...]]:
 
 
 def _expected_path_rows() -> list[tuple[int, ...]]:
+    """Both tables as (sm, captured, op, step, bound, impl) codes, written out from the dicts here."""
     rows = []
-    for arch, steps in PATHS.PATHS.items():
-        sm = 0 if arch == "default" else int(arch[3:].rstrip("a"))
-        for step, choices in steps.items():
-            for bound, impl in choices:
-                rows.append(
-                    (
-                        sm,
-                        embed_cubins.STEP_CODES[step],
-                        -1 if bound is None else bound,
-                        embed_cubins.IMPL_CODES[impl],
-                    )
-                )
+    for captured, table in ((0, PATHS.PATHS), (1, PATHS.GRAPH_PATHS)):
+        for arch, keys in table.items():
+            sm = 0 if arch == "default" else int(arch[3:].rstrip("a"))
+            for key, choices in keys.items():
+                op, _, step = key.rpartition("/")
+                for bound, impl in choices:
+                    rows.append((sm, captured, embed_cubins.OP_CODES[op] if op else -1, embed_cubins.STEP_CODES[step],
+                                 -1 if bound is None else bound, embed_cubins.IMPL_CODES[impl]))  # fmt: skip
     return rows
 
 

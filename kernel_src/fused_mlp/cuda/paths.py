@@ -15,13 +15,23 @@ Implementations:
 - `cuda`: the CUDA C++ elementwise act_and_mul kernel.
 FALLBACK names what runs when the chosen implementation cannot take a call (fp32, misaligned, no cubin).
 
-Rows: (max rows M or None for any, implementation); the first row whose bound admits M wins. An arch
-without an entry uses "default". Numbers behind each choice: bench/RESULTS.md ("path table").
+Two tables, because two things decide what is fastest:
+- PATHS: calls issued one by one (eager Python loops). Up to mid-size batches these are host-bound: a
+  call's wall time is its host time (H200 host: a Triton launch ~4 µs, a cuBLASLt GEMM 7-14 µs more), so
+  Triton kernels win there although cuBLASLt is faster on the GPU.
+- GRAPH_PATHS: calls captured into a CUDA graph (a user's capture, torch.compile's cudagraphs): the host
+  cost is paid once at capture, GPU time decides. An arch without graph rows uses its PATHS.
+The C++ side asks the stream it launches on (cudaStreamIsCapturing) which table applies.
+
+Keys: a step, or "op/step" for one op only (ops: linear, mlp, gated_mlp, act_and_mul), which wins over the
+step's own rows. Rows: (max rows M or None for any, implementation); the first row whose bound admits M
+wins. An arch without an entry uses "default". Numbers behind each choice: bench/RESULTS.md ("path table").
 """
 
 from __future__ import annotations
 
 STEPS = ("linear", "gate_up", "act_and_mul")
+OPS = ("linear", "mlp", "gated_mlp", "act_and_mul")
 IMPLS = {
     "linear": ("triton", "cublaslt"),
     "gate_up": ("triton", "split"),
@@ -34,15 +44,17 @@ TRITON_KERNELS = {"linear": "linear_kernel", "gate_up": "gate_up_kernel", "act_a
 Rows = tuple[tuple[int | None, str], ...]
 
 PATHS: dict[str, dict[str, Rows]] = {
-    # H200, bf16, 2026-12-03 (bench/bench_paths.py, GPU µs per call in a graph; bench/RESULTS.md "path
-    # table"). linear, summed over mlp 3x1024 relu+bias and a 3072->768 linear: M=1 Triton 23.6 vs cuBLASLt
-    # 29.1; M=16 20.8 vs 18.2; M=1024 36.2 vs 26.6; M=8192 175.7 vs 131.1. gate_up (gated 768x3072): Triton
-    # fused 13.3-16.5 vs split 16.6-18.7 up to M=256; M=1024 34.9 vs 34.6; M=8192 221.7 vs 208.5 (the WMMA
-    # kernel, 41-559, lost everywhere and is gone). act_and_mul [M, 3072]: CUDA 1.7-2.8 vs Triton 2.4-2.9 up to
-    # M=256; from M=1024 Triton (8192: 37.7 vs 40.8).
+    # H200, bf16, 2026-12-03, bench/bench_paths.py (bench/RESULTS.md "path table"): wall µs of a stream of
+    # calls up to M=64, GPU µs in a graph beyond. linear (3072->768): M<=64 Triton 13.7-14.9 wall vs
+    # cuBLASLt 28.8-29.3; mlp 3x1024: M<=64 Triton 22.2-28.8 vs 49.9-51.5; at M=1024 cuBLASLt's 36.3 wall is
+    # its host time (GPU 17.7) while Triton's host is ~25 and its GPU 21.3; from M=4096 GPU-bound (cuBLASLt
+    # 44.1 vs 55.8). gate_up: fused Triton one launch, GPU 14-17 vs split 16-19 to M=256, even at
+    # 1024-4096 (34.8/34.5, 112.0/111.0), split at 8192 (216.0 vs 223.3). act_and_mul: CUDA 1.8-2.7 vs
+    # Triton 2.6-2.8 to M=256 (wall equal), Triton from 1024 (8192: 37.2 vs 40.0).
     "sm_90a": {
-        "linear": ((16, "triton"), (None, "cublaslt")),
-        "gate_up": ((256, "triton"), (None, "split")),
+        "linear": ((64, "triton"), (None, "cublaslt")),
+        "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
+        "gate_up": ((4096, "triton"), (None, "split")),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
@@ -53,11 +65,31 @@ PATHS: dict[str, dict[str, Rows]] = {
     },
 }
 
+GRAPH_PATHS: dict[str, dict[str, Rows]] = {
+    # H200, GPU µs in a graph (same sweep): linear Triton only at M=1 (24.1 vs 28.3 summed; PDL hides its
+    # launch), cuBLASLt from 16 (18.6 vs 21.7) to 8192 (132.3 vs 177.7); gate_up fused Triton to M=256.
+    "sm_90a": {
+        "linear": ((1, "triton"), (None, "cublaslt")),
+        "gate_up": ((256, "triton"), (None, "split")),
+        "act_and_mul": ((256, "cuda"), (None, "triton")),
+    },
+}
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    """(op or None for every op, step) of a table key ("mlp/linear" or "linear")."""
+    op, _, step = key.rpartition("/")
+    return op or None, step
+
 
 def triton_archs() -> dict[str, set[str]]:
-    """arch -> the Triton kernel names its rows use (the cubins the build must embed for it)."""
-    return {
-        arch: {TRITON_KERNELS[step] for step, rows in steps.items() if any(i == "triton" for _, i in rows)}
-        for arch, steps in PATHS.items()
-        if arch != "default"
-    }
+    """arch -> the Triton kernel names its rows use in either table (the cubins the build embeds for it)."""
+    out: dict[str, set[str]] = {}
+    for table in (PATHS, GRAPH_PATHS):
+        for arch, keys in table.items():
+            if arch == "default":
+                continue
+            for key, rows in keys.items():
+                if any(impl == "triton" for _, impl in rows):
+                    out.setdefault(arch, set()).add(TRITON_KERNELS[split_key(key)[1]])
+    return out

@@ -160,7 +160,7 @@ Tensor linear(Tensor x, Tensor w, std::optional<Tensor> b, std::string activatio
   OnDevice on(x);
   const Mat w2 = weight_2d(w, x, x2.cols, "linear", "weight");
   const std::optional<Tensor> b2 = bias_1d(b, x, w2.rows, "linear", "bias");
-  return linear_now(x2, w2, ptr_of(b2), act, ctx_for(x)).t;
+  return linear_now(x2, w2, ptr_of(b2), act, ctx_for(x, Op::Linear)).t;
 }
 
 // How far an inference call goes: all the way, or (the host-cost probe, bench/host_cost.py) returning after
@@ -178,7 +178,7 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
                   " weights; pass one bias per weight or none");
   const Mat x2 = as_rows(x, "mlp", "x");
   OnDevice on(x);
-  const Ctx c = ctx_for(x);
+  const Ctx c = ctx_for(x, Op::Mlp);
   const ScalarType dt = x2.t.scalar_type();
   const size_t layers = ws.size();
   std::vector<Mat> w2;
@@ -246,7 +246,7 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
   const Mat wd = weight_2d(w_down, x, wg.rows, "gated_mlp", "w_down");
   STD_TORCH_CHECK(x2.cols > 0 && wg.rows > 0, "fused_mlp.gated_mlp: zero-sized hidden (", x2.cols,
                   ") or intermediate (", wg.rows, ") dim");
-  const Ctx c = ctx_for(x);
+  const Ctx c = ctx_for(x, Op::GatedMlp);
   const ScalarType dt = x2.t.scalar_type();
   Scratch s;
   const GateUpPlan gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()),
@@ -286,7 +286,7 @@ Tensor act_and_mul_op(Tensor gate, Tensor up, std::string activation) {
   const Tensor g = as_contiguous(gate), u = as_contiguous(up);
   const int64_t last = g.dim() ? g.size(g.dim() - 1) : 1;
   const int64_t rows = last ? g.numel() / last : 0;
-  const Ctx c = ctx_for(g);
+  const Ctx c = ctx_for(g, Op::ActAndMul);
   Tensor out = empty_rows_like(g, last);
   const bool aligned = alignment_of(g.const_data_ptr()) == 16 && alignment_of(u.const_data_ptr()) == 16;
   const ActAndMulPlan p = plan_act_and_mul(c, rows, g.numel(), act, g.scalar_type(), aligned);
@@ -304,7 +304,7 @@ std::vector<Tensor> linear_backward(Tensor grad, Tensor x, Tensor w, std::option
   const Mat w2 = weight_2d(w, x, x2.cols, "linear backward", "weight");
   const std::optional<Tensor> b2 = bias_1d(b, x, w2.rows, "linear backward", "bias");
   const Mat dy = as_rows(grad, "linear backward", "grad"), y2 = as_rows(y, "linear backward", "y");
-  const Ctx c = ctx_for(x);
+  const Ctx c = ctx_for(x, Op::Linear);
   const Mat dz = preact_grad(dy, x2, w2, ptr_of(b2), y2, act, c);
   LayerGrads g = layer_backward(dz, x2, w2, b.has_value(), c);
   return {g.din.t, g.dw, g.db};
@@ -320,7 +320,7 @@ std::vector<Tensor> mlp_backward(std::vector<Tensor> grads, Tensor x, std::vecto
                   " saved outputs and ", grads.size(), " output grads for ", layers, " layers");
   const Mat x2 = as_rows(x, "mlp backward", "x");
   OnDevice on(x);
-  const Ctx c = ctx_for(x);
+  const Ctx c = ctx_for(x, Op::Mlp);
   std::vector<Mat> ins, w2, out2;
   std::vector<std::optional<Tensor>> b2;
   for (size_t l = 0; l < layers; ++l) {
@@ -367,7 +367,7 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, Tensor grad_h, Tensor x, Ten
     return {empty_rows_like(x, hdim), new_zeros(wg.t, {inter, hdim}), new_zeros(wu.t, {inter, hdim}),
             new_zeros(wd.t, {out_dim, inter})};
   }
-  const Ctx c = ctx_for(x);
+  const Ctx c = ctx_for(x, Op::GatedMlp);
   const Mat g = linear_now(x2, wg, nullptr, Act::None, c), u = linear_now(x2, wu, nullptr, Act::None, c);
   const bool has_grad_h = grad_h.numel() > 0;
   const Mat dh = has_grad_h ? Mat{torch::stable::clone(as_rows(grad_h, "gated_mlp backward", "grad_h").t), m, inter}
@@ -417,7 +417,8 @@ std::string set_path(std::string step, std::string impl) {
   return before < 0 ? "table" : kImplNames[before];
 }
 
-// What this build embeds and what the path table says for `device`'s arch: one JSON object.
+// What this build embeds and what the path table says for `device`'s arch: one JSON object. "paths" maps
+// "<op>/<step>" to [M, implementation for calls one by one, implementation inside a captured graph] rows.
 std::string build_info(int64_t device) {
   const int sm = device_sm(static_cast<int>(device));
   int here = 0;
@@ -425,15 +426,24 @@ std::string build_info(int64_t device) {
   std::string out = std::string("{\"triton\": \"") + kTritonVersion + "\", \"entries\": " +
                     std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
                     ", \"sm\": " + std::to_string(sm) + ", \"paths\": {";
-  for (int s = 0; s < kNumSteps; ++s) {
-    out += std::string(s ? ", " : "") + "\"" + kStepNames[s] + "\": [";
-    bool first = true;
-    for (const long long rows : {1ll, 16ll, 64ll, 128ll, 1024ll, 4096ll, 8192ll}) {
-      out += std::string(first ? "" : ", ") + "[" + std::to_string(rows) + ", \"" +
-             kImplNames[static_cast<int>(choose_impl(static_cast<Step>(s), sm, rows))] + "\"]";
-      first = false;
+  const char* const op_names[] = {"linear", "mlp", "gated_mlp", "act_and_mul"};
+  const int steps_of[][2] = {{0, -1}, {0, -1}, {1, 0}, {2, -1}};  // the steps each op runs
+  bool first_key = true;
+  for (int o = 0; o < 4; ++o) {
+    for (const int s : steps_of[o]) {
+      if (s < 0) continue;
+      out += std::string(first_key ? "" : ", ") + "\"" + op_names[o] + "/" + kStepNames[s] + "\": [";
+      first_key = false;
+      bool first = true;
+      for (const long long rows : {1ll, 16ll, 64ll, 256ll, 1024ll, 4096ll, 8192ll}) {
+        const Impl eager = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, false);
+        const Impl graph = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, true);
+        out += std::string(first ? "" : ", ") + "[" + std::to_string(rows) + ", \"" +
+               kImplNames[static_cast<int>(eager)] + "\", \"" + kImplNames[static_cast<int>(graph)] + "\"]";
+        first = false;
+      }
+      out += "]";
     }
-    out += "]";
   }
   return out + "}}";
 }

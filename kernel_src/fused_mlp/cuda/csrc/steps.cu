@@ -20,11 +20,18 @@ long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Ctx ctx_for(const Tensor& x) {
+Ctx ctx_for(const Tensor& x, Op op) {
   Ctx c;
   c.device = x.get_device_index();
   c.stream = current_stream(x);
   c.sm = device_sm(c.device);
+  c.op = op;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(c.stream, &status) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the legacy stream while another stream captures: the launch reports it
+    status = cudaStreamCaptureStatusNone;
+  }
+  c.captured = status == cudaStreamCaptureStatusActive;
   return c;
 }
 
@@ -32,7 +39,7 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
                        int align_x, int align_w, int align_b, Scratch& s) {
   LinearPlan p;
   p.m = m, p.n = n, p.k = k, p.act = act, p.has_bias = has_bias, p.dtype = dtype;
-  p.impl = choose_impl(Step::Linear, c.sm, m);
+  p.impl = choose_impl(Step::Linear, c.op, c.sm, m, c.captured);
   if (m == 0 || n == 0) return p;
   if (p.impl == Impl::Triton) {
     const int dt = cubin_dtype(dtype);
@@ -72,7 +79,7 @@ void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void*
 ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned) {
   ActAndMulPlan p;
   p.n = n, p.act = act, p.dtype = dtype;
-  p.impl = choose_impl(Step::ActAndMul, c.sm, rows);
+  p.impl = choose_impl(Step::ActAndMul, c.op, c.sm, rows, c.captured);
   if (p.impl == Impl::Triton) {
     const int dt = cubin_dtype(dtype);
     if (dt >= 0 && aligned && n % 16 == 0 && n <= kI32)
@@ -96,7 +103,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
                         int align_wg, int align_wu, Scratch& s) {
   GateUpPlan p;
   p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype;
-  p.impl = choose_impl(Step::GateUp, c.sm, m);
+  p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
   if (m == 0 || i == 0) return p;
   if (p.impl == Impl::Triton) {
     const int dt = cubin_dtype(dtype);

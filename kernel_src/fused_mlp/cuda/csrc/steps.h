@@ -9,12 +9,15 @@
 
 namespace fused_mlp {
 
-// Where a call runs: its stream and device (and the device's compute capability for the path table).
+// Where a call runs and what the path table needs to know about it: its stream and device, the device's
+// compute capability, the op, and whether the stream is being captured into a CUDA graph.
 struct Ctx {
   cudaStream_t stream;
   int device, sm;
+  Op op;
+  bool captured;
 };
-Ctx ctx_for(const Tensor& x);
+Ctx ctx_for(const Tensor& x, Op op);
 
 // y[M,N] = act(x[M,K] w[N,K]^T + b): one Triton GEMM with the epilogue fused, or cuBLASLt (+1 kernel for
 // gelu/silu). `align_*` are the operands' alignments (alignment_of, or kFreshAlign for our own buffers).

@@ -70,9 +70,22 @@ const std::vector<int>* rows_for(Step step, int sm, int dtype, int act, bool has
   return it == index.end() ? nullptr : &it->second;
 }
 
-bool has_path_rows(int sm, int step) {
+// First row of (sm, captured, op, step) admitting `rows`, or -1 when that group has no rows at all.
+int pick(int sm, int captured, int op, int step, long long rows) {
+  bool any = false;
+  for (int i = 0; i < kNumPathRows; ++i) {
+    const PathRow& r = kPathRows[i];
+    if (r.sm != sm || r.captured != captured || r.op != op || r.step != step) continue;
+    any = true;
+    if (r.max_rows < 0 || rows <= r.max_rows) return r.impl;
+  }
+  STD_TORCH_CHECK(!any, "fused_mlp: the path table has no catch-all row for step ", step);
+  return -1;
+}
+
+bool arch_has_rows(int sm, int captured) {
   for (int i = 0; i < kNumPathRows; ++i)
-    if (kPathRows[i].sm == sm && kPathRows[i].step == step) return true;
+    if (kPathRows[i].sm == sm && kPathRows[i].captured == captured) return true;
   return false;
 }
 
@@ -95,16 +108,20 @@ int device_sm(int device) {
   return sm;
 }
 
-Impl choose_impl(Step step, int sm, long long rows) {
+Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured) {
   const int forced = g_override[static_cast<int>(step)].load(std::memory_order_relaxed);
   if (forced >= 0) return static_cast<Impl>(forced);
-  const int s = static_cast<int>(step);
-  const int table_sm = has_path_rows(sm, s) ? sm : 0;
-  for (int i = 0; i < kNumPathRows; ++i) {
-    const PathRow& r = kPathRows[i];
-    if (r.sm == table_sm && r.step == s && (r.max_rows < 0 || rows <= r.max_rows)) return static_cast<Impl>(r.impl);
+  const int s = static_cast<int>(step), o = static_cast<int>(op);
+  for (const int arch : {sm, 0}) {
+    if (!arch_has_rows(arch, 0) && !arch_has_rows(arch, 1)) continue;
+    const int mode = captured && arch_has_rows(arch, 1) ? 1 : 0;
+    int impl = pick(arch, mode, o, s, rows);
+    if (impl < 0) impl = pick(arch, mode, -1, s, rows);
+    if (impl < 0 && mode == 1) impl = pick(arch, 0, o, s, rows);
+    if (impl < 0 && mode == 1) impl = pick(arch, 0, -1, s, rows);
+    if (impl >= 0) return static_cast<Impl>(impl);
   }
-  STD_TORCH_CHECK(false, "fused_mlp: the path table has no catch-all row for step ", s);
+  STD_TORCH_CHECK(false, "fused_mlp: the path table has no row for step ", s);
   return Impl::Cublaslt;
 }
 

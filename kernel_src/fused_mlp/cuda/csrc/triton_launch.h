@@ -11,6 +11,7 @@
 namespace fused_mlp {
 
 enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2 };
+enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3 };
 enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3 };
 constexpr int kNumSteps = 3;
 
@@ -29,9 +30,10 @@ struct TritonCubin {
   unsigned long long offset, size;  // the image inside kCubinBlob
 };
 
-// Path table row: on `sm` (0 = any arch without rows of its own), `step` with M <= max_rows (-1: any) runs `impl`.
+// Path table row: on `sm` (0 = any arch without rows of its own), for calls issued one by one (captured 0)
+// or captured into a CUDA graph (1), `step` of `op` (-1: of every op) with M <= max_rows (-1: any) runs `impl`.
 struct PathRow {
-  int sm, step;
+  int sm, captured, op, step;
   long long max_rows;
   int impl;
 };
@@ -46,8 +48,11 @@ extern const int kNumPathRows;
 // Compute capability (major*10+minor) of a device, cached.
 int device_sm(int device);
 
-// The implementation the path table (or an override, see set_path_override) picks for `step` at `rows` rows.
-Impl choose_impl(Step step, int sm, long long rows);
+// The implementation the path table (or an override, see set_path_override) picks for `step` of `op` at
+// `rows` rows on a device of compute capability `sm`, for a call captured into a graph or not. Search order:
+// this arch's rows, else the default arch's; within them the op's own rows, else the step's; graph rows,
+// else (none for the arch) the stream rows.
+Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured);
 // Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
 // measure each implementation (bench/bench_paths.py). Returns the previous override.
 int set_path_override(Step step, int impl);
