@@ -1,0 +1,139 @@
+"""Measure every implementation of every step of the CUDA variant, per row count: the numbers behind the
+path table (kernel_src/fused_mlp/cuda/paths.py).
+
+For a loaded stable-ABI kernel (harness.py), each step is forced to each implementation in turn
+(`torch.ops.<ns>.cuda_set_path`) and a whole public op that exercises it is timed (GPU µs per call from
+graph replay): `linear` through `mlp` 3x1024 relu (+bias) and a K=3072 `linear` (the gated down
+projection's shape), `gate_up` through `gated_mlp` H=768 I=3072, `act_and_mul` on [M, 3072]. The printout
+ends with the fastest implementation per (step, M) by GPU time (paths.GRAPH_PATHS: calls captured in a
+graph) and, up to M=2048 where calls are host-bound, by wall time of a stream of calls (paths.PATHS): copy
+the changes into paths.py. Forcing a step forces it in every op (the table can also choose per op).
+
+    python bench/bench_paths.py --variant-dir DIR=cuda [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+ROWS = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
+HOST_BOUND_ROWS = 2048
+IMPLS = {
+    "linear": ("triton", "cublaslt"),
+    "gate_up": ("triton", "split"),
+    "act_and_mul": ("triton", "cuda"),
+}
+
+
+def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
+    """name -> call exercising `step` at M=m."""
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, device="cuda", dtype=dt) * scale
+
+    if step == "linear":
+        x, ws, bs = (
+            r(m, 1024),
+            [r(1024, 1024, scale=1024**-0.5) for _ in range(3)],
+            [r(1024) for _ in range(3)],
+        )
+        h, wd = r(m, 3072), r(768, 3072, scale=3072**-0.5)
+        return {"mlp 3x1024 relu": lambda: kernel.mlp(x, ws, bs, "relu"),
+                "linear 3072->768": lambda: kernel.linear(h, wd, None, "none")}  # fmt: skip
+    if step == "gate_up":
+        x, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
+        return {"gated 768x3072": lambda: kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")}
+    g, u = r(m, 3072), r(m, 3072)
+    return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
+
+
+def sweep(kernel, dt: torch.dtype) -> list[dict]:
+    ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
+    rows = []
+    with torch.no_grad():
+        for step, impls in IMPLS.items():
+            for m in ROWS:
+                for name, call in problems(step, m, kernel, dt).items():
+                    expected = None
+                    for impl in impls:
+                        ns.cuda_set_path(step, impl)
+                        try:
+                            out = call()
+                            expected = out if expected is None else expected
+                            row = {"step": step, "impl": impl, "rows": m, "problem": name,
+                                   "gpu_us": harness.gpu_us(call), "rel_diff": harness.rel_err(out, expected)}  # fmt: skip
+                            if (
+                                m <= HOST_BOUND_ROWS
+                            ):  # where the host cost of an implementation shows in the wall
+                                row["host_us"] = harness.host_us(call, 100, 3)
+                                row["wall_us"] = harness.stream_us(call, 100, 3)
+                        except Exception as exc:  # noqa: BLE001
+                            row = {
+                                "step": step,
+                                "impl": impl,
+                                "rows": m,
+                                "problem": name,
+                                "error": str(exc)[:300],
+                            }
+                        finally:
+                            ns.cuda_set_path(step, "table")
+                        rows.append(row)
+                        print(row, flush=True)
+    return rows
+
+
+def best(rows: list[dict]) -> list[dict]:
+    """Fastest implementation per (step, M) by GPU µs summed over the step's problems, with the summed wall µs
+    (stream of calls) where it was measured."""
+    totals: dict[tuple, dict[str, dict[str, float]]] = {}
+    for r in rows:
+        for what in ("gpu_us", "wall_us"):
+            if r.get(what) is not None:
+                by = totals.setdefault((r["step"], r["rows"]), {}).setdefault(what, {})
+                by[r["impl"]] = by.get(r["impl"], 0.0) + r[what]
+    out = []
+    for (step, m), by in totals.items():
+        winner = min(by["gpu_us"], key=by["gpu_us"].get)
+        entry = {
+            "step": step,
+            "rows": m,
+            "best": winner,
+            "us": {k: round(v, 2) for k, v in by["gpu_us"].items()},
+        }
+        if "wall_us" in by:
+            entry["wall_us"] = {k: round(v, 2) for k, v in by["wall_us"].items()}
+            entry["best_wall"] = min(by["wall_us"], key=by["wall_us"].get)
+        out.append(entry)
+        print(f"{step:<12} M={m:<6} best {winner:<9} " + "  ".join(f"{k} {v:.1f}" for k, v in by["gpu_us"].items())
+              + ("  wall " + "  ".join(f"{k} {v:.1f}" for k, v in by["wall_us"].items()) if "wall_us" in by else ""))  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    harness.add_loading_args(parser)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    args = parser.parse_args(argv)
+    kernels = {k: m for k, m in harness.load_kernels(args).items() if getattr(m, "BACKEND", None) == "cuda"}
+    if not kernels:
+        print("bench_paths needs a loaded stable-ABI CUDA kernel (BACKEND 'cuda')", file=sys.stderr)
+        return 2
+    label, kernel = next(iter(kernels.items()))
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    rows = sweep(kernel, dt)
+    report = {"environment": harness.environment(), "kernels": harness.describe({label: kernel}), "rows": rows,
+              "best": best(rows)}  # fmt: skip
+    harness.write_json(args.json, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

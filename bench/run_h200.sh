@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The integration run on the H200, in one call of the device tool: given a dist built on the CPU machine
+# (`kernel-hub build --arch sm_90a --out dist/fused-mlp`), install the carried wheels, start a hub, publish
+# the build twice (acme/fused-mlp: every variant, so get_kernel picks the stable-ABI CUDA one; and
+# acme/fused-mlp-triton: the torch-cuda variant alone), load both with registry.get_kernel, run the GPU
+# tests, then the benchmarks (host cost, path table, ops, model) against what get_kernel returned, and
+# print the summary tables last. Raw JSON and logs go to $OUT (7 files, flat).
+#
+#   bench/run_h200.sh DIST [WHEELS_DIR]
+# env: OUT (default ./h200-out); STAGES (default "tests host paths ops model", run in that order); QUICK=1: fewer rows, no
+# torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
+# of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
+# MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS). Each stage has a time
+# limit (tests 100+90 s, ops 120 s, model 150 s) and writes its JSON as it goes, so the summary always prints.
+#
+# Device time on the H200 (2026-12-03): QUICK=1 took 112 s after the machine's start; the full run is
+# estimated at 5-8 minutes (bench/RESULTS.md); the stage limits keep it under 9.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIST="$(cd "${1:?usage: bench/run_h200.sh DIST [WHEELS_DIR]}" && pwd)"
+WHEELS="${2:-}"
+OUT="${OUT:-$PWD/h200-out}"
+QUICK="${QUICK:-0}"
+STAGES="${STAGES:-tests host paths ops model}"
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/driver.log") 2>&1
+log() { echo "[run_h200 +${SECONDS}s] $*"; }
+cd "$ROOT"
+
+if [ -z "$WHEELS" ]; then
+  for d in "$ROOT/.whl" "$ROOT/../.whl" "$ROOT/../../.whl"; do [ -d "$d" ] && WHEELS="$d" && break; done
+fi
+if [ -n "$WHEELS" ]; then
+  log "installing wheels from $WHEELS"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEELS"/*.whl \
+    || { log "wheel install failed"; exit 1; }
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader || true
+
+WORK="$(mktemp -d)"
+CUDA_DIR="$DIST/build/torch-stable-abi211-cu130-x86_64-linux"
+
+# A hub on 127.0.0.1 with DIST published as acme/fused-mlp (all variants) and acme/fused-mlp-triton (torch-cuda,
+# torch-cpu, torch-universal); sets URL, HF_ENDPOINT, HF_TOKEN.
+start_hub_and_publish() {
+  export HF_HOME="$WORK/hf" KERNELS_CACHE="$WORK/kernels-cache" HF_HUB_DISABLE_PROGRESS_BARS=1
+  unset HF_HUB_DISABLE_TELEMETRY  # kernels 0.17.2 breaks with it set (hub-protocol.md §9.1)
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  URL="http://127.0.0.1:$port"
+  python3 -m registry.cli serve --host 127.0.0.1 --port "$port" --data "$WORK/hub" > "$WORK/hub.log" 2>&1 &
+  HUB_PID=$!
+  trap 'kill $HUB_PID 2>/dev/null' EXIT
+  python3 -c '
+import sys, time, urllib.request
+for _ in range(300):
+    try:
+        urllib.request.urlopen(sys.argv[1] + "/api/agent-harnesses", timeout=1).read(); sys.exit(0)
+    except OSError:
+        time.sleep(0.1)
+sys.exit(1)' "$URL" || { log "hub did not start"; tail -20 "$WORK/hub.log"; return 1; }
+  export HF_ENDPOINT="$URL"
+  HF_TOKEN="$(python3 -m registry.cli token create --user bench --write acme --data "$WORK/hub")" || return 1
+  export HF_TOKEN
+  python3 -m registry.cli org create acme --trusted --member bench --data "$WORK/hub" > /dev/null || return 1
+  log "hub on $URL; publishing $DIST"
+  python3 -m registry.cli publish acme/fused-mlp "$DIST" --version 1 --endpoint "$URL" --token "$HF_TOKEN" \
+    --key "$WORK/key.pem" || return 1
+  mkdir -p "$WORK/triton-dist/build"
+  for v in torch-cuda torch-cpu torch-universal; do cp -r "$DIST/build/$v" "$WORK/triton-dist/build/"; done
+  python3 -m registry.cli publish acme/fused-mlp-triton "$WORK/triton-dist" --version 1 --endpoint "$URL" \
+    --token "$HF_TOKEN" --key "$WORK/key.pem" || return 1
+}
+
+LOAD=(--variant-dir "$CUDA_DIR=stable-abi" --variant-dir "$DIST/build/torch-cuda=torch-cuda")
+if [ "${HUB:-1}" != 0 ]; then
+  if start_hub_and_publish; then
+    LOAD=(--hub "$URL" --repo "acme/fused-mlp=stable-abi" --repo "acme/fused-mlp-triton=torch-cuda")
+  else  # the benchmarks still run, on the variant dirs; the summary's kernel lines say which source
+    log "hub/publish FAILED (see above and $WORK/hub.log); loading the variant dirs directly instead"
+    tail -20 "$WORK/hub.log"
+  fi
+fi
+
+stage_tests() {
+  log "GPU tests: tests/cuda against the built stable-ABI variant, tests/kernels (Triton)"
+  FUSED_MLP_VARIANT_DIR="$CUDA_DIR" timeout 100 python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda \
+    >> "$OUT/tests.log" 2>&1
+  echo "tests/cuda exit $?" >> "$OUT/tests.log"
+  if [ "$QUICK" != 1 ]; then
+    timeout 90 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels >> "$OUT/tests.log" 2>&1
+    echo "tests/kernels exit $?" >> "$OUT/tests.log"
+  fi
+  grep -E "passed|failed|error|exit" "$OUT/tests.log" | tail -8
+}
+stage_host() {
+  log "host-cost breakdown"
+  python3 bench/host_cost.py "${LOAD[@]}" --json "$OUT/host.json" || log "host_cost failed"
+}
+stage_paths() {
+  log "path table sweep (every implementation of every step)"
+  python3 bench/bench_paths.py "${LOAD[@]}" --json "$OUT/paths.json" || log "bench_paths failed"
+}
+stage_ops() {
+  log "op tables"
+  local args=(--dtypes bf16)
+  [ "${MAX_AUTOTUNE:-1}" = 1 ] && args+=(--max-autotune)
+  [ "$QUICK" = 1 ] && args=(--dtypes bf16 --skip compile)
+  timeout 120 python3 bench/bench_ops.py "${LOAD[@]}" "${args[@]}" --json "$OUT/ops.json" || log "bench_ops failed or timed out"
+}
+stage_model() {
+  log "model tables"
+  local args=()
+  [ "$QUICK" = 1 ] && args=(--rows 16,1024 --modes infer --no-compile)
+  timeout 150 python3 bench/bench_model.py "${LOAD[@]}" "${args[@]}" --json "$OUT/model.json" \
+    || log "bench_model failed or timed out"
+}
+for stage in $STAGES; do "stage_$stage"; done
+log "done; summary:"
+python3 bench/summary.py "$OUT"
