@@ -1,10 +1,12 @@
 """The CUDA backend on a GPU: every op against the float64 eager reference (bf16/fp16/fp32, forward and
-backward, odd shapes, leading batch dims), opcheck, torch.compile fullgraph, capture in a user's CUDA
-graph. Needs the built extension (build/cuda/build_variant.py) inside kernel_src, since pytest's `pythonpath`
-puts kernel_src ahead of PYTHONPATH: cp build/_work/cuda/stage/fused_mlp/cuda/{_C.abi3.so,build.json}
-kernel_src/fused_mlp/cuda/ (both git-ignored build outputs), then on the device: pytest -m gpu tests/cuda."""
+backward, inference and autograd paths, every implementation of the path table, odd shapes, leading batch
+dims), opcheck, torch.compile fullgraph without recompiles, capture in a user's CUDA graph, and a many-layer
+model with distinct weights against eager. Runs against a built variant (tests/cuda/conftest.py):
+FUSED_MLP_VARIANT_DIR=<dist>/build/torch-stable-abi211-cu130-x86_64-linux pytest -m gpu tests/cuda."""
 
+import itertools
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,241 @@ def test_capture_inside_user_cuda_graph():
 def test_cpu_tensor_is_refused_clearly():
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
         ops.linear(torch.randn(2, 3), torch.randn(4, 3))
+
+
+# ---- inference path (the `*_infer` ops) and the path table's implementations ---------------------------------
+
+NS = getattr(torch.ops, OPS_NAMESPACE) if OK else None
+IMPL_CASES = (
+    ("linear", "triton"),
+    ("linear", "cublaslt"),
+    ("gate_up", "triton"),
+    ("gate_up", "split"),
+    ("act_and_mul", "triton"),
+    ("act_and_mul", "cuda"),
+)
+
+
+@contextmanager
+def forced(step: str, impl: str):
+    """Every call of `step` runs `impl` (or its fallback where it cannot take the call) inside the block."""
+    before = NS.cuda_set_path(step, impl)
+    try:
+        yield
+    finally:
+        NS.cuda_set_path(step, before)
+
+
+def _check_mlp(rows, dims, dtype, activation, with_bias, what):
+    x = randn(rows, dims[0], dtype=dtype, device=DEV)
+    ws = [randn(o, i, dtype=dtype, device=DEV, scale=i**-0.5) for i, o in itertools.pairwise(dims)]
+    bs = [randn(o, dtype=dtype, device=DEV) for o in dims[1:]] if with_bias else None
+    p64 = as64(x, *ws, *(bs or []))
+    n = len(ws)
+    expected = ref.mlp(p64[0], p64[1 : 1 + n], p64[1 + n :] or None, activation)
+    assert_close(ops.mlp(x, ws, bs, activation), expected, dtype, what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("step", "impl"), IMPL_CASES)
+def test_inference_every_implementation(dtype, step, impl):
+    """No grad: the `*_infer` ops, each implementation forced, aligned shapes (where Triton cubins apply)
+    and ragged ones (the fallback), M from 1 to beyond the 1024-row configs."""
+    with forced(step, impl), torch.no_grad():
+        for rows in (1, 16, 100, 1100):
+            what = f"{step}={impl} M={rows}"
+            if step == "linear":
+                _check_mlp(rows, (256, 512, 256), dtype, "relu", True, f"{what} mlp aligned")
+                _check_mlp(rows, (72, 40, 24), dtype, "silu", False, f"{what} mlp ragged")
+                for act in ("gelu", "gelu_tanh"):
+                    x, w = (
+                        randn(rows, 128, dtype=dtype, device=DEV),
+                        randn(64, 128, dtype=dtype, device=DEV, scale=0.1),
+                    )
+                    b = randn(64, dtype=dtype, device=DEV)
+                    assert_close(
+                        ops.linear(x, w, b, act), ref.linear(*as64(x, w, b), act), dtype, f"{what} {act}"
+                    )
+            elif step == "gate_up":
+                for hidden, inter in ((128, 256), (45, 77)):
+                    x = randn(rows, hidden, dtype=dtype, device=DEV)
+                    wg, wu = (
+                        randn(inter, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5) for _ in range(2)
+                    )
+                    wd = randn(hidden, inter, dtype=dtype, device=DEV, scale=inter**-0.5)
+                    for act in ("gelu_tanh", "silu"):
+                        expected = ref.gated_mlp(*as64(x, wg, wu, wd), act)
+                        assert_close(
+                            ops.gated_mlp(x, wg, wu, wd, act),
+                            expected,
+                            dtype,
+                            f"{what} {hidden}x{inter} {act}",
+                        )
+            else:
+                for cols in (3072, 50):
+                    g, u = (
+                        randn(rows, cols, dtype=dtype, device=DEV),
+                        randn(rows, cols, dtype=dtype, device=DEV),
+                    )
+                    for act in ACTIVATIONS:
+                        expected = ref.act_and_mul(*as64(g, u), act)
+                        assert_close(
+                            ops.act_and_mul(g, u, act), expected, dtype, f"{what} [{rows},{cols}] {act}"
+                        )
+
+
+def test_inference_and_autograd_ops_agree_bit_for_bit():
+    d = torch.bfloat16
+    x = randn(3, 7, 128, dtype=d, device=DEV)
+    ws = [randn(256, 128, dtype=d, device=DEV, scale=0.1), randn(64, 256, dtype=d, device=DEV, scale=0.1)]
+    bs = [randn(256, dtype=d, device=DEV), randn(64, dtype=d, device=DEV)]
+    wg, wu, wd = (randn(*s, dtype=d, device=DEV, scale=0.1) for s in ((192, 128), (192, 128), (128, 192)))
+    assert torch.equal(NS.cuda_mlp_infer(x, ws, bs, "gelu"), NS.cuda_mlp(x, ws, bs, "gelu")[-1])
+    assert torch.equal(
+        NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu"), NS.cuda_gated_mlp(x, wg, wu, wd, "silu")[0]
+    )
+    assert NS.cuda_mlp_infer(x, ws, bs, "gelu").shape == (3, 7, 64)
+
+
+def test_opcheck_inference_ops():
+    d = torch.bfloat16
+    x = randn(5, 64, dtype=d, device=DEV)
+    w1, w2 = randn(48, 64, dtype=d, device=DEV, scale=0.1), randn(32, 48, dtype=d, device=DEV)
+    b1, b2 = randn(48, dtype=d, device=DEV), randn(32, dtype=d, device=DEV)
+    wg, wu, wd = (
+        randn(48, 64, dtype=d, device=DEV),
+        randn(48, 64, dtype=d, device=DEV),
+        randn(64, 48, dtype=d, device=DEV),
+    )
+    g, u = randn(5, 48, dtype=d, device=DEV), randn(5, 48, dtype=d, device=DEV)
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    for op, args in [
+        (NS.cuda_linear_infer, (x, w1, b1, "relu")),
+        (NS.cuda_mlp_infer, (x, [w1, w2], [b1, b2], "gelu_tanh")),
+        (NS.cuda_mlp_infer, (x, [w1, w2], [], "silu")),
+        (NS.cuda_gated_mlp_infer, (x, wg, wu, wd, "gelu_tanh")),
+        (NS.cuda_act_and_mul_infer, (g, u, "silu")),
+    ]:
+        torch.library.opcheck(op, args, test_utils=utils)
+
+
+def test_compile_inference_fullgraph_no_recompile_across_batch_sizes():
+    torch._dynamo.reset()
+    d = torch.float16
+    ws = [randn(256, 128, dtype=d, device=DEV, scale=0.1), randn(128, 256, dtype=d, device=DEV, scale=0.1)]
+    wg, wu, wd = (randn(*s, dtype=d, device=DEV, scale=0.1) for s in ((192, 128), (192, 128), (128, 192)))
+
+    def model(x):
+        h = ops.mlp(x, ws, None, "gelu")
+        return ops.act_and_mul(ops.gated_mlp(h, wg, wu, wd, "silu"), h, "relu")
+
+    def model_ref(x):
+        w64 = [t.double() for t in (*ws, wg, wu, wd)]
+        h = ref.mlp(x.double(), w64[:2], None, "gelu")
+        return ref.act_and_mul(ref.gated_mlp(h, *w64[2:], "silu"), h, "relu")
+
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    try:
+        with torch.no_grad():
+            for rows in (8, 17, 64, 333, 1000):  # new sizes after the first must not recompile
+                x = randn(rows, 128, dtype=d, device=DEV)
+                assert rel_err(compiled(x), model_ref(x)) <= TOL[d]
+                torch._dynamo.config.error_on_recompile = True
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+
+
+def test_every_op_captures_inside_a_user_graph():
+    d = torch.bfloat16
+    x = randn(16, 128, dtype=d, device=DEV)
+    w, b = randn(64, 128, dtype=d, device=DEV, scale=0.1), randn(64, dtype=d, device=DEV)
+    wg, wu, wd = (randn(*s, dtype=d, device=DEV, scale=0.1) for s in ((256, 128), (256, 128), (128, 256)))
+    g, u = randn(16, 3072, dtype=d, device=DEV), randn(16, 3072, dtype=d, device=DEV)
+
+    def run():
+        return (
+            ops.linear(x, w, b, "gelu"),
+            ops.gated_mlp(x, wg, wu, wd, "gelu_tanh"),
+            ops.act_and_mul(g, u, "silu"),
+        )
+
+    with torch.no_grad():
+        run()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = run()
+        for _ in range(2):  # new contents in the same buffers: every replay must read them
+            for t in (x, g, u):
+                t.copy_(torch.randn_like(t))
+            graph.replay()
+            expected = (ref.linear(*as64(x, w, b), "gelu"), ref.gated_mlp(*as64(x, wg, wu, wd), "gelu_tanh"),
+                        ref.act_and_mul(*as64(g, u), "silu"))  # fmt: skip
+            for out, want, what in zip(outs, expected, ("linear", "gated_mlp", "act_and_mul")):
+                assert_close(out, want, d, f"{what} replayed from a user graph")
+
+
+@pytest.mark.parametrize("kind", ("gated", "mlp"))
+def test_many_layer_model_with_distinct_weights_matches_eager(kind):
+    """32 layers, each with its own weights, on a residual stream: forward (no grad, several batch sizes in a
+    row) and the input gradient through autograd, against float64; bound by eager bf16's own error."""
+    d, layers, dim = torch.bfloat16, 32, 128
+    if kind == "gated":
+        params = [tuple(randn(*s, dtype=d, device=DEV, scale=s[1] ** -0.5) for s in ((256, dim), (256, dim), (dim, 256)))
+                  for _ in range(layers)]  # fmt: skip
+    else:
+        params = [([randn(dim, dim, dtype=d, device=DEV, scale=dim**-0.5) for _ in range(3)],
+                   [randn(dim, dtype=d, device=DEV, scale=0.1) for _ in range(3)]) for _ in range(layers)]  # fmt: skip
+
+    def forward(x, impl, cast=lambda t: t):
+        h = x
+        for p in params:
+            if kind == "gated":
+                h = h + impl.gated_mlp(h, *(cast(t) for t in p), "gelu_tanh")
+            else:
+                h = h + impl.mlp(h, [cast(t) for t in p[0]], [cast(t) for t in p[1]], "relu")
+        return h
+
+    for rows in (1, 16, 77, 300):
+        x = randn(rows, dim, dtype=d, device=DEV)
+        with torch.no_grad():
+            want = forward(x.double(), ref, lambda t: t.double())
+            eager_err = rel_err(forward(x, ref), want)
+            assert rel_err(forward(x, ops), want) <= max(TOL[d], 3 * eager_err), f"{kind} M={rows}"
+    x = randn(16, dim, dtype=d, device=DEV, grad=True)
+    x64 = x.detach().double().requires_grad_()
+    upstream = torch.randn(16, dim, device=DEV, dtype=torch.float64)
+    (got,) = torch.autograd.grad(forward(x, ops), x, upstream.to(d))
+    (want,) = torch.autograd.grad(forward(x64, ref, lambda t: t.double()), x64, upstream)
+    (eager,) = torch.autograd.grad(forward(x, ref), x, upstream.to(d))
+    assert rel_err(got, want) <= max(TOL[d], 3 * rel_err(eager, want)), f"{kind} input gradient"
+
+
+def test_first_call_of_a_process_inside_a_user_graph_capture():
+    """No warm-up: the cubins load, the cuBLASLt plans are made and the scratch is allocated during capture."""
+    import os
+    import subprocess
+
+    code = """
+import torch, fused_mlp.cuda.ops as ops
+torch.manual_seed(0)
+d = torch.bfloat16
+x = torch.randn(16, 1024, device="cuda", dtype=d)
+ws = [torch.randn(1024, 1024, device="cuda", dtype=d) * 0.03 for _ in range(3)]
+wg, wu, wd = (torch.randn(*s, device="cuda", dtype=d) * 0.03 for s in ((3072, 1024), (3072, 1024), (1024, 3072)))
+graph = torch.cuda.CUDAGraph()
+with torch.no_grad(), torch.cuda.graph(graph):
+    y = ops.gated_mlp(ops.mlp(x, ws, None, "relu"), wg, wu, wd, "gelu_tanh")
+graph.replay()
+h = x.double()
+for i, w in enumerate(ws):
+    h = h @ w.double().T
+    h = h.relu() if i < 2 else h
+want = (torch.nn.functional.gelu(h @ wg.double().T, approximate="tanh") * (h @ wu.double().T)) @ wd.double().T
+print("rel", ((y.double() - want).norm() / want.norm()).item())
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split("rel")[-1]) <= TOL[torch.bfloat16], proc.stdout
