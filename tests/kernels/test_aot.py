@@ -69,3 +69,12 @@ def test_compile_all_refuses_other_triton_version(tmp_path):
 def test_compile_all_refuses_unknown_arch(tmp_path):
     with pytest.raises(ValueError, match="sm_75"):
         aot_build.compile_all(tmp_path, "sm_75")
+
+
+def test_hopper_specs_ship_for_sm_90a_only():
+    """sm_90a ships the Hopper kernels (forward, gated training forward, backward roles) beside the portable
+    ones; archs without Hopper tables ship only the portable kernels."""
+    kernels = {s.kernel for s in aot_build.shipped_specs("sm_90a", ["bf16"])}
+    assert {"tma_gemm_kernel", "tma_gate_up_kernel", "linear_kernel", "gate_up_kernel"} <= kernels
+    for arch in ("sm_80", "sm_89", "sm_100a", "sm_120"):
+        assert not any(s.kernel.startswith("tma_") for s in aot_build.shipped_specs(arch, ["bf16"])), arch

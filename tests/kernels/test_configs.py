@@ -25,3 +25,38 @@ def test_unknown_arch_uses_default_table():
 def test_every_table_has_catch_all(tables):
     for arch, table in tables.items():
         assert table[-1][0] is None, arch
+
+
+def test_hopper_tables_name_forms_triton_compiles():
+    """Triton 3.6 warp-specializes on sm_90 only with 4 warps and neither the split epilogue nor DUAL (the
+    compile fails otherwise); every Hopper role has a catch-all row."""
+    for role, tables in configs.TMA_ROLES.items():
+        for arch, table in tables.items():
+            assert table[-1][0] is None, (role, arch)
+            for _, row in table:
+                for cfg in configs.alternatives(row):
+                    if cfg.warp_spec:
+                        assert cfg.num_warps == 4 and not cfg.epi_split and role != "dual", (role, cfg)
+
+
+def test_fp32_hopper_tiles_fit_shared_memory():
+    cfg = configs.fit_element_size(configs.TmaConfig(128, 256, 64, 8, 8, 4), 4)
+    assert (cfg.BK, cfg.BN, cfg.num_stages) == (32, 64, 3)
+    assert configs.fit_element_size(cfg, 2) == cfg
+
+
+def test_hopper_tile_alternative_fills_the_last_wave():
+    """A row's first tile unless its tiles leave the last wave of SMs under WAVE_FILL (H200: 128x256 for
+    8192 x 1024, 128x128 for 8192 x 768, where 128x256 gives 192 tiles = 73% of two waves of 132)."""
+    wide, square = configs.TmaConfig(128, 256, 64, 8, 8, 3), configs.TmaConfig(128, 128, 64, 8, 8, 4)
+    assert (
+        configs.wave_fill(wide, 8192, 768, 132)
+        < configs.WAVE_FILL
+        <= configs.wave_fill(square, 8192, 768, 132)
+    )
+    table = {"sm_90a": ((None, (wide, square)),)}
+    with pytest.MonkeyPatch.context() as m:
+        m.setitem(configs.TMA_ROLES, "linear", table)
+        assert configs.tma_config("linear", "sm_90a", 8192, 2, 1024, 132) == wide
+        assert configs.tma_config("linear", "sm_90a", 8192, 2, 768, 132) == square
+        assert configs.tma_config("linear", "sm_90a", 8192) == wide  # no shape given: the first

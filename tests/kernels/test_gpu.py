@@ -199,10 +199,12 @@ def test_aot_cubin_matches_jit(tmp_path, monkeypatch):
         m.setattr(aot, "_DISABLED", True)
         forward.linear_rows(x, w, b, "gelu_tanh", jit_out)
     from fused_mlp.triton.configs import LINEAR as TABLE
-    from fused_mlp.triton.configs import gemm_config, uses_pdl
+    from fused_mlp.triton.configs import PDL_PREFETCH, gemm_config, uses_pdl
+    from fused_mlp.triton.linear import linear_consts
 
     cfg = gemm_config(TABLE, arch, 256)
-    consts = (True, 3, True, False, "tf32", uses_pdl(arch, 256), cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
+    pdl = uses_pdl(arch, 256)
+    consts = linear_consts(cfg, has_bias=True, act=3, even_k=True, pdl=pdl, prefetch=pdl and PDL_PREFETCH)
     entry = index[("linear_kernel", "bf16", consts, cfg.num_warps, cfg.num_stages)]
     aot_out = torch.empty_like(jit_out)
     grid = (triton.cdiv(256, cfg.BM) * triton.cdiv(512, cfg.BN), 1, 1)

@@ -7,6 +7,7 @@ Output layout and metadata: `aot` and docs/CONTRACTS.md ("Kernel families").
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -15,7 +16,17 @@ from pathlib import Path
 
 import triton
 
-from .configs import AOT_ARCHS, GATE_UP, LINEAR, elementwise_config, table_rows, uses_pdl
+from .configs import (
+    AOT_ARCHS,
+    GATE_UP,
+    LINEAR,
+    PDL_PREFETCH,
+    TMA_ROLES,
+    alternatives,
+    elementwise_config,
+    table_rows,
+    uses_pdl,
+)
 from .specs import AotSpec, KernelDef, ast_source
 
 DEFAULT_DTYPES = ("bf16", "fp16")
@@ -24,47 +35,121 @@ _GATED_ACTS = (1, 2, 3, 4)
 
 
 def kernel_defs() -> dict[str, KernelDef]:
-    """Kernel name -> KernelDef of every family that ships cubins."""
-    from .act_and_mul import ACT_AND_MUL
+    """Kernel name -> KernelDef of every family (the elementwise backward kernels ship no cubins today)."""
+    from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
     from .gated import GATE_UP as GATE_UP_KERNEL
+    from .hopper import TMA_GATE_UP, TMA_GEMM
+    from .linear import ACTIVATION_BACKWARD
     from .linear import LINEAR as LINEAR_KERNEL
 
-    return {k.name: k for k in (LINEAR_KERNEL, GATE_UP_KERNEL, ACT_AND_MUL)}
+    families = (LINEAR_KERNEL, GATE_UP_KERNEL, ACT_AND_MUL, ACT_AND_MUL_BACKWARD, ACTIVATION_BACKWARD, TMA_GEMM,
+                TMA_GATE_UP)  # fmt: skip
+    return {k.name: k for k in families}
+
+
+_ANY = (1 << 31) - 1  # the row count "any" stands for
+
+
+def _row_ranges(rows) -> list[tuple[int, int, object]]:
+    """(first row count, last row count, config) per table row (the last row ends at _ANY)."""
+    out, lo = [], 1
+    for bound, cfg in rows:
+        hi = _ANY if bound is None else bound
+        out.append((lo, hi, cfg))
+        lo = hi + 1
+    return out
+
+
+def _pdls(arch: str, lo: int, hi: int) -> list[bool]:
+    """The PDL flags launches of lo..hi rows use (a row range may straddle configs.PDL_MAX_ROWS)."""
+    return sorted({uses_pdl(arch, lo), uses_pdl(arch, hi)})
 
 
 @dataclass(frozen=True)
 class ShippedRow:
-    """One shipped spec as a launcher selects it: the config-table row it serves (M <= max_rows; None =
-    any), its activation code and bias flag. The CUDA variant's build compiles these into its cubin table."""
+    """One shipped spec as a launcher selects it: the config-table row it serves (min_rows <= M <= max_rows;
+    max_rows None = any), its activation code and bias flag, and the role (`linear`, `gate_up`,
+    `act_and_mul`, or a Hopper role of `configs.TMA_ROLES`: `tma_linear`, `tma_gate_up`, ...). A Hopper row
+    with alternatives ships one row per alternative (same range): pick by `configs.tma_config`'s rule.
+    The CUDA variant's build compiles these into its cubin table."""
 
     spec: AotSpec
     max_rows: int | None
     act: int
     has_bias: bool
+    role: str = ""
+    min_rows: int = 1
+
+
+def _hopper_rows(arch: str, dtype: str) -> list[ShippedRow]:
+    """The Hopper kernels' rows: inference forward (every activation, bias or not), the gated forward with
+    and without the (g, u) store (training), and the backward roles where the arch's row has a config."""
+    from .hopper import EPI_ACT, EPI_ACT_GRAD, EPI_GATED_GRAD, gate_up_consts, gemm_consts
+
+    rows = []
+
+    def add(kernel: str, role: str, make) -> None:
+        for lo, hi, row in _row_ranges(TMA_ROLES[role].get(arch, ())):
+            for cfg in alternatives(row):
+                for pdl in _pdls(arch, lo, hi):
+                    for consts, act, bias in make(cfg, pdl):
+                        spec = AotSpec(kernel, dtype, consts, cfg.num_warps, cfg.num_stages)
+                        rows.append(
+                            ShippedRow(spec, None if hi >= _ANY else hi, act, bias, f"tma_{role}", lo)
+                        )
+
+    add("tma_gemm_kernel", "linear", lambda cfg, pdl: [
+        (gemm_consts(cfg, has_bias=bias, act=act, pdl=pdl), act, bias) for act in _ACTS for bias in (True, False)])  # fmt: skip
+    add("tma_gate_up_kernel", "gate_up", lambda cfg, pdl: [
+        (gate_up_consts(cfg, act=act, store_gu=store, pdl=pdl), act, False) for act in _GATED_ACTS
+        for store in (False, True)])  # fmt: skip
+    add("tma_gemm_kernel", "dgrad", lambda cfg, pdl: [
+        (gemm_consts(cfg, b_t=True, act=act, epi=EPI_ACT if act == 0 else EPI_ACT_GRAD, pdl=pdl), act, False)
+        for act in _ACTS])  # fmt: skip
+    add("tma_gemm_kernel", "gated_dgrad", lambda cfg, pdl: [
+        (gemm_consts(cfg, b_t=True, act=act, epi=EPI_GATED_GRAD, pdl=pdl), act, False) for act in _GATED_ACTS])  # fmt: skip
+    add(
+        "tma_gemm_kernel",
+        "wgrad",
+        lambda cfg, pdl: [(gemm_consts(cfg, a_t=True, b_t=True, pdl=pdl), 0, False)],
+    )
+    add(
+        "tma_gemm_kernel",
+        "dual",
+        lambda cfg, pdl: [(gemm_consts(cfg, b_t=True, dual=True, pdl=pdl), 0, False)],
+    )
+    return rows
 
 
 def shipped_rows(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[ShippedRow]:
-    """Every inference-forward specialization we ship for `arch`, per config-table row: each config of the
-    arch's tables, each activation, with/without bias, K a multiple of BK (EVEN_K). Backward kernels JIT."""
+    """Every specialization we ship for `arch`, per config-table row: each config of the arch's tables, each
+    activation, with/without bias; portable kernels with K a multiple of BK (EVEN_K); the Hopper kernels
+    where the arch has tables (`_hopper_rows`). Anything else (fp32, other K, the elementwise backward
+    kernels) JITs."""
+    from .gated import gate_up_consts
+    from .linear import linear_consts
+
     rows = []
     for dtype in dtypes:
-        for bound, cfg in table_rows(LINEAR, arch):
-            pdl = uses_pdl(arch, bound or 1 << 30)
-            for act in _ACTS:
-                for has_bias in (True, False):
-                    consts = (has_bias, act, True, False, "tf32", pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
-                    spec = AotSpec("linear_kernel", dtype, consts, cfg.num_warps, cfg.num_stages)
-                    rows.append(ShippedRow(spec, bound, act, has_bias))
-        for bound, cfg in table_rows(GATE_UP, arch):
-            pdl = uses_pdl(arch, bound or 1 << 30)
-            for act in _GATED_ACTS:
-                consts = (act, True, False, "tf32", pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M)
-                spec = AotSpec("gate_up_kernel", dtype, consts, cfg.num_warps, cfg.num_stages)
-                rows.append(ShippedRow(spec, bound, act, False))
+        for lo, hi, cfg in _row_ranges(table_rows(LINEAR, arch)):
+            for pdl in _pdls(arch, lo, hi):
+                for act in _ACTS:
+                    for has_bias in (True, False):
+                        consts = linear_consts(cfg, has_bias=has_bias, act=act, even_k=True, pdl=pdl,
+                                               prefetch=pdl and PDL_PREFETCH)  # fmt: skip
+                        spec = AotSpec("linear_kernel", dtype, consts, cfg.num_warps, cfg.num_stages)
+                        rows.append(ShippedRow(spec, None if hi >= _ANY else hi, act, has_bias, "linear", lo))
+        for lo, hi, cfg in _row_ranges(table_rows(GATE_UP, arch)):
+            for pdl in _pdls(arch, lo, hi):
+                for act in _GATED_ACTS:
+                    consts = gate_up_consts(cfg, act=act, even_k=True, pdl=pdl, prefetch=pdl and PDL_PREFETCH)
+                    spec = AotSpec("gate_up_kernel", dtype, consts, cfg.num_warps, cfg.num_stages)
+                    rows.append(ShippedRow(spec, None if hi >= _ANY else hi, act, False, "gate_up", lo))
         ew = elementwise_config(arch)
         for act in _ACTS:
             spec = AotSpec("act_and_mul_kernel", dtype, (act, ew.BLOCK), ew.num_warps, 1)
-            rows.append(ShippedRow(spec, None, act, False))
+            rows.append(ShippedRow(spec, None, act, False, "act_and_mul"))
+        rows.extend(_hopper_rows(arch, dtype))
     return rows
 
 
@@ -113,8 +198,8 @@ def compile_specs(specs: Iterable[AotSpec], arch: str, folder: Path, jobs: int |
     jobs = jobs or os.cpu_count() or 1
     if jobs == 1:
         written = [_compile_job(w) for w in work]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+    else:  # spawned workers: safe in a process that has initialised CUDA (the tuning script's)
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             written = list(pool.map(_compile_job, work))
     return [p for pair in written for p in pair]
 

@@ -1,8 +1,9 @@
 """Tile configs per GPU arch, kept beside the kernels; chosen by measurement, no runtime autotuning.
 
 Tables map a row count bound (M <= bound; None = any) to a config; the first matching row wins.
-sm_90a rows were measured on an H200 with `bench/bench_mlp.py --tune` (see bench/RESULTS.md); other archs
-use the conservative Ampere-style rows until measured there. "interpreter" keeps the CPU interpreter fast.
+sm_90a rows were measured on an H200 (`bench/tune_gemm.py`, earlier `bench/bench_mlp.py --tune`; see
+bench/RESULTS.md); other archs use the conservative Ampere-style rows until measured there and have no
+Hopper (TMA) rows. "interpreter" keeps the CPU interpreter fast.
 """
 
 from __future__ import annotations
@@ -22,6 +23,23 @@ class GemmConfig:
 
 
 @dataclass(frozen=True)
+class TmaConfig:
+    """A Hopper (hopper.py) GEMM config: tile, grouped order, warps/stages, and the two loop/epilogue forms.
+    warp_spec: producer/consumer warp specialization of the K loop (launches 3x num_warps warps; Triton 3.6
+    supports it on sm_90 with num_warps=4 and without epi_split or DUAL). epi_split: the epilogue in two
+    [BM, BN/2] halves (fewer registers: the gated epilogues spill without it at 128x128)."""
+
+    BM: int
+    BN: int
+    BK: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+    warp_spec: bool = False
+    epi_split: bool = False
+
+
+@dataclass(frozen=True)
 class ElementwiseConfig:
     BLOCK: int
     num_warps: int
@@ -35,6 +53,7 @@ LINEAR: dict[str, Table] = {
     "sm_90a": (
         (16, GemmConfig(16, 16, 256, 8, 4, 4)),
         (64, GemmConfig(32, 32, 128, 8, 4, 4)),
+        (128, GemmConfig(64, 64, 64, 8, 4, 4)),  # 2026-12-03 sweep: 5.2 µs at (128, 1024, 1024) vs 6.5
         (1024, GemmConfig(64, 128, 128, 8, 4, 3)),
         (None, GemmConfig(128, 128, 64, 8, 8, 3)),
     ),
@@ -62,6 +81,35 @@ GATE_UP: dict[str, Table] = {
     "interpreter": ((None, GemmConfig(32, 32, 32, 4, 4, 1)),),
 }
 
+# Hopper (TMA + wgmma) GEMMs per role; a row's config None means "not the Hopper kernel": the portable
+# pointer kernel (its LINEAR / GATE_UP row) for the forward roles, cuBLAS (torch.mm) for the backward ones.
+# Archs without an entry never use them. Roles: forward `linear` (bias + act, also the pre-activation
+# store), `gate_up` (gated forward), `dgrad` (dz @ W with act' of the saved pre-activation),
+# `gated_dgrad` (dy @ W_down with the dg/du epilogue), `wgrad` (dz^T @ x), `dual` (dg @ W_gate + du @ W_up).
+# sm_90a: H200, bf16, GPU µs from graph replay (bench/tune_gemm.py, bench/RESULTS.md "GEMM core"). Up to
+# 1024 rows the portable kernels win (the persistent TMA kernel has ~3-5 µs more fixed cost); every
+# backward role loses to cuBLAS by 30-65% on the issue's shapes, so the backward runs on cuBLAS.
+TmaTable = tuple[tuple[int | None, TmaConfig | tuple[TmaConfig, ...] | None], ...]
+_T = TmaConfig
+TMA_LINEAR: dict[str, TmaTable] = {
+    "sm_90a": ((1024, None), (None, (_T(128, 256, 64, 8, 8, 3), _T(128, 128, 64, 8, 8, 4)))),
+}
+TMA_GATE_UP: dict[str, TmaTable] = {
+    "sm_90a": (
+        (256, None),
+        (1024, _T(128, 64, 64, 8, 4, 4, warp_spec=True)),
+        (None, _T(128, 128, 64, 8, 4, 4, warp_spec=True)),
+    ),
+}
+TMA_DGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}
+TMA_GATED_DGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}
+TMA_WGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}
+TMA_DUAL: dict[str, TmaTable] = {"sm_90a": ((None, None),)}
+TMA_ROLES: dict[str, dict[str, TmaTable]] = {
+    "linear": TMA_LINEAR, "gate_up": TMA_GATE_UP, "dgrad": TMA_DGRAD, "gated_dgrad": TMA_GATED_DGRAD,
+    "wgrad": TMA_WGRAD, "dual": TMA_DUAL,
+}  # fmt: skip
+
 ELEMENTWISE: dict[str, ElementwiseConfig] = {
     "sm_90a": ElementwiseConfig(BLOCK=8192, num_warps=16),  # H200: 37.1 µs on [8192, 3072] bf16
     "default": ElementwiseConfig(BLOCK=1024, num_warps=4),
@@ -74,9 +122,53 @@ PDL_MAX_ROWS = 1024
 PDL_ENABLED = os.environ.get("FUSED_MLP_PDL", "1") != "0"
 
 
+# A pointer-kernel GEMM launched with PDL can ask L2 for its weight tile before it waits on the previous
+# kernel (weights never depend on it, so their DRAM latency would overlap that kernel's tail). Off: on the
+# H200 with L2-resident weights it cost 0.3-0.5 µs per launch at (16, 3072, 768) and (16, 768, 3072) and
+# gained 0.1 µs at (16, 1024, 1024) (bench/RESULTS.md "GEMM core"); `bench/tune_gemm.py --only chain`
+# measures the case it is for (32 layers with their own weights) before turning it on.
+PDL_PREFETCH = False
+
+
 def uses_pdl(arch: str, rows: int) -> bool:
     """Whether GEMMs of `rows` rows on `arch` launch with programmatic dependent launch."""
     return PDL_ENABLED and arch.startswith("sm_") and int(arch[3:5]) >= 90 and rows <= PDL_MAX_ROWS
+
+
+# A Hopper row may list alternative tiles, best first: a launch takes the first whose output tiles fill
+# at least WAVE_FILL of the last wave of SMs (tiles / (ceil(tiles / SMs) * SMs)), else the fullest one.
+# H200: 128x256 wins on N = 1024, 2048, 4096 but leaves a 73% last wave on N = 768 (8192 rows: 70.5 µs
+# vs 58.5 with 128x128).
+WAVE_FILL = 0.9
+
+
+def alternatives(cfg: TmaConfig | tuple[TmaConfig, ...] | None) -> tuple[TmaConfig, ...]:
+    """The configs a Hopper table row lists (one, several, or none)."""
+    return () if cfg is None else cfg if isinstance(cfg, tuple) else (cfg,)
+
+
+def wave_fill(cfg: TmaConfig, rows: int, cols: int, sms: int) -> float:
+    """Share of the SMs busy over the waves a persistent grid needs for a rows x cols output."""
+    tiles = -(-rows // cfg.BM) * -(-cols // cfg.BN)
+    return tiles / (-(-tiles // sms) * sms)
+
+
+def tma_config(
+    role: str, arch: str, rows: int, element_size: int = 2, cols: int | None = None, sms: int | None = None
+) -> TmaConfig | None:
+    """The Hopper config for `role` at `rows` rows (output `cols` columns, on `sms` SMs) on `arch`, or
+    None (use the portable kernel / cuBLAS). Without cols and sms a row's first alternative."""
+    for bound, cfg in TMA_ROLES[role].get(arch, ()):
+        if bound is None or rows <= bound:
+            options = alternatives(cfg)
+            if not options:
+                return None
+            pick = options[0]
+            if cols is not None and sms is not None and len(options) > 1:
+                fits = [c for c in options if wave_fill(c, rows, cols, sms) >= WAVE_FILL]
+                pick = fits[0] if fits else max(options, key=lambda c: wave_fill(c, rows, cols, sms))
+            return fit_element_size(pick, element_size)
+    return None
 
 
 def table_rows(tables: dict[str, Table], arch: str) -> Table:
@@ -109,12 +201,14 @@ def gemm_config(tables: dict[str, Table], arch: str, rows: int, element_size: in
     raise ValueError(f"config table for {arch} has no catch-all row (bound None)")
 
 
-def fit_element_size(cfg: GemmConfig, element_size: int) -> GemmConfig:
+def fit_element_size(cfg: GemmConfig | TmaConfig, element_size: int) -> GemmConfig | TmaConfig:
     """Tables are sized for 2-byte operands; fp32 tiles take twice the shared memory per stage, so
-    halve BK and keep at most 3 stages (the sm_90a gated config needs 245 KB otherwise, > 227 KB)."""
+    halve BK and keep at most 3 stages (the sm_90a gated config needs 245 KB otherwise, > 227 KB). Hopper
+    tiles also stage their epilogue stores in shared memory (three with the gated (g, u) store): BN ≤ 64."""
     if element_size <= 2:
         return cfg
-    return replace(cfg, BK=max(16, cfg.BK // 2), num_stages=min(cfg.num_stages, 3))
+    cfg = replace(cfg, BK=max(16, cfg.BK // 2), num_stages=min(cfg.num_stages, 3))
+    return replace(cfg, BN=min(cfg.BN, 64)) if isinstance(cfg, TmaConfig) else cfg
 
 
 def elementwise_config(arch: str) -> ElementwiseConfig:

@@ -1,9 +1,10 @@
 """The Triton ops as torch custom ops (namespace `OPS_NAMESPACE`, names prefixed `triton_`), with fake
 kernels and autograd, so torch.compile(fullgraph=True) sees one opaque op per call and differentiates it.
 
-Backward recomputes what it needs (pre-activations, the gated intermediate) with the same ops instead
-of saving it in forward: forward stays one fused pass, and backward is traceable by AOTAutograd.
-Gradients are matmuls plus the fused elementwise backward kernels.
+`gated_mlp` under autograd records the training op, whose forward also returns what backward reads
+(h = act(g) * u and the pre-activations (g, u)) and whose backward is one op of four fused GEMMs
+(`backward.gated_backward_rows`). The other ops' backward recomputes pre-activations with the same ops;
+every backward is traceable by AOTAutograd.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch import Tensor
 
 from .._build_info import OPS_NAMESPACE
 from ..reference import apply_activation
-from . import forward
+from . import backward, forward
 
 
 def _custom_op(name: str):
@@ -77,6 +78,44 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, activatio
     return out.view(*x.shape[:-1], w_down.shape[0])
 
 
+@_custom_op("triton_gated_mlp_train")
+def gated_mlp_train(
+    x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, activation: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, h [M, I], gu = (g, u) [2, M, I]): the gated forward that keeps what backward needs."""
+    forward.check_gated(x, w_gate, w_up, w_down)
+    x2 = forward.rows(x)
+    out = torch.empty((x2.shape[0], w_down.shape[0]), device=x.device, dtype=x.dtype)
+    h, gu = forward.gated_rows_train(x2, w_gate, w_up, w_down, activation, out)
+    return out.view(*x.shape[:-1], w_down.shape[0]), h, gu
+
+
+@_custom_op("triton_gated_mlp_backward")
+def gated_mlp_backward(
+    grad: Tensor,
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    h: Tensor,
+    gu: Tensor,
+    activation: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, (dw_gate, dw_up) [2, I, H], dw_down) from the training forward's h and gu."""
+    dx, dw_gu, dw_down = backward.gated_backward_rows(
+        forward.rows(grad), forward.rows(x), forward.unit_stride(w_gate), forward.unit_stride(w_up),
+        forward.unit_stride(w_down), h, gu, activation,
+    )  # fmt: skip
+    return dx.view(x.shape), dw_gu, dw_down
+
+
+def gated_mlp_recorded(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, activation: str) -> Tensor:
+    """The registered op a call records: the training op when autograd will need its saved tensors."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w_gate, w_up, w_down)):
+        return gated_mlp_train(x, w_gate, w_up, w_down, activation)[0]
+    return gated_mlp(x, w_gate, w_up, w_down, activation)
+
+
 @_custom_op("triton_act_and_mul")
 def act_and_mul(gate: Tensor, up: Tensor, activation: str) -> Tensor:
     return forward.act_and_mul(gate, up, activation)
@@ -105,6 +144,16 @@ def _fake_mlp(x, weights, biases, bias_layers, activation):
 
 def _fake_gated_mlp(x, w_gate, w_up, w_down, activation):
     return x.new_empty((*x.shape[:-1], w_down.shape[0]))
+
+
+def _fake_gated_mlp_train(x, w_gate, w_up, w_down, activation):
+    rows = x.numel() // x.shape[-1]
+    return (x.new_empty((*x.shape[:-1], w_down.shape[0])), x.new_empty((rows, w_gate.shape[0])),
+            x.new_empty((2, rows, w_gate.shape[0])))  # fmt: skip
+
+
+def _fake_gated_mlp_backward(grad, x, w_gate, w_up, w_down, h, gu, activation):
+    return torch.empty_like(x), w_gate.new_empty((2, *w_gate.shape)), torch.empty_like(w_down)
 
 
 def _fake_act_and_mul(gate, up, activation):
@@ -188,16 +237,28 @@ def _setup_gated(ctx, inputs, output):
     ctx.save_for_backward(x, w_gate, w_up, w_down)
 
 
+def _gated_grads(ctx, grad, x, w_gate, w_up, w_down, h, gu):
+    dx, dw_gu, dw_down = gated_mlp_backward(grad, x, w_gate, w_up, w_down, h, gu, ctx.activation)
+    return dx, dw_gu[0], dw_gu[1], dw_down, None
+
+
 def _backward_gated(ctx, grad):
+    """The inference op called directly under autograd: recompute h and (g, u), then the fused backward."""
     x, w_gate, w_up, w_down = ctx.saved_tensors
-    gate = linear(x, w_gate, None, "none")
-    up = linear(x, w_up, None, "none")
-    h = act_and_mul(gate, up, ctx.activation)
-    dw_down, _ = _weight_grads(h, grad, False)
-    dgate, dup = act_and_mul_backward(grad @ w_down, gate, up, ctx.activation)
-    dw_gate, _ = _weight_grads(x, dgate, False)
-    dw_up, _ = _weight_grads(x, dup, False)
-    return dgate @ w_gate + dup @ w_up, dw_gate, dw_up, dw_down, None
+    _, h, gu = gated_mlp_train(x, w_gate, w_up, w_down, ctx.activation)
+    return _gated_grads(ctx, grad, x, w_gate, w_up, w_down, h, gu)
+
+
+def _setup_gated_train(ctx, inputs, output):
+    x, w_gate, w_up, w_down, activation = inputs
+    _, h, gu = output
+    ctx.activation = activation
+    ctx.mark_non_differentiable(h, gu)
+    ctx.save_for_backward(x, w_gate, w_up, w_down, h, gu)
+
+
+def _backward_gated_train(ctx, grad, _grad_h, _grad_gu):
+    return _gated_grads(ctx, grad, *ctx.saved_tensors)
 
 
 def _setup_act_and_mul(ctx, inputs, output):
@@ -216,10 +277,13 @@ if _registered(linear):
     linear.register_fake(_fake_linear)
     mlp.register_fake(_fake_mlp)
     gated_mlp.register_fake(_fake_gated_mlp)
+    gated_mlp_train.register_fake(_fake_gated_mlp_train)
+    gated_mlp_backward.register_fake(_fake_gated_mlp_backward)
     act_and_mul.register_fake(_fake_act_and_mul)
     act_and_mul_backward.register_fake(_fake_act_and_mul_backward)
     activation_backward.register_fake(_fake_activation_backward)
     linear.register_autograd(_backward_linear, setup_context=_setup_linear)
     mlp.register_autograd(_backward_mlp, setup_context=_setup_mlp)
     gated_mlp.register_autograd(_backward_gated, setup_context=_setup_gated)
+    gated_mlp_train.register_autograd(_backward_gated_train, setup_context=_setup_gated_train)
     act_and_mul.register_autograd(_backward_act_and_mul, setup_context=_setup_act_and_mul)

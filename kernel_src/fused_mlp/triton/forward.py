@@ -6,41 +6,32 @@ or inside the registered custom ops.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import torch
 import triton
 
-from ..reference import check_activation
+from ..reference import apply_activation, check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
-from .configs import GATE_UP, LINEAR, GemmConfig, arch_of, elementwise_config, gemm_config, uses_pdl
-from .gated import GATE_UP as GATE_UP_KERNEL
+from .configs import GemmConfig, TmaConfig, elementwise_config
+from .gemm import (
+    INTERPRET,
+    device_arch,
+    pick,
+    portable,
+    ptr_gate_up,
+    ptr_linear,
+    tma_gate_up,
+    tma_gemm,
+    tma_ok,
+)
+from .hopper import EPI_ACT, EPI_ACT_STORE_PRE
 from .launch import launch
 from .linear import ACTIVATION_BACKWARD
-from .linear import LINEAR as LINEAR_KERNEL
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_ARCHS: dict[int, str] = {}
-
-
-def device_arch(t: torch.Tensor) -> str:
-    """Arch name of t's device (cached per device), "interpreter" for CPU tensors."""
-    if not t.is_cuda:
-        return "interpreter"
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    if index not in _ARCHS:
-        _ARCHS[index] = arch_of(torch.cuda.get_device_capability(index))
-    return _ARCHS[index]
-
-
-def _dot_flags(t: torch.Tensor) -> tuple[bool, str]:
-    """(upcast operands to fp32, tl.dot input precision) for t's dtype and device."""
-    upcast = (not t.is_cuda) and t.dtype == torch.bfloat16
-    exact = t.dtype == torch.float32 and not (t.is_cuda and torch.backends.cuda.matmul.allow_tf32)
-    return upcast, "ieee" if exact else "tf32"
+__all__ = ["device_arch"]  # re-exported for the benchmarks' tuning loops
 
 
 def check_tensors(op: str, **tensors: torch.Tensor | None) -> None:
@@ -55,7 +46,7 @@ def check_tensors(op: str, **tensors: torch.Tensor | None) -> None:
                 f"{op}: {name} is {t.dtype} on {t.device} but {first_name} is {first.dtype} on {first.device}; "
                 "pass all tensors in one dtype on one device"
             )
-    if not first.is_cuda and not _INTERPRET:
+    if not first.is_cuda and not INTERPRET:
         raise RuntimeError(f"{op}: Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
 
 
@@ -81,24 +72,28 @@ def check_linear_shapes(op: str, in_features: int, weight: torch.Tensor, bias: t
 
 def linear_rows(
     x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor,
-    cfg: GemmConfig | None = None,
+    cfg: GemmConfig | TmaConfig | None = None, pre: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride.
-    `cfg` overrides the arch table (bench/bench_mlp.py --tune measures candidates this way)."""
+    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride. `pre` (training)
+    also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the tuning script measures candidates)."""
     M, K = x2.shape
     N = w.shape[0]
     if M == 0 or N == 0:
         return out
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
-    cfg = cfg or gemm_config(LINEAR, device_arch(x2), M, x2.element_size())
-    upcast, precision = _dot_flags(x2)
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
-    args = (x2, w, x2 if b is None else b, out, M, N, K, x2.stride(0), w.stride(0), out.stride(0))
-    pdl = uses_pdl(device_arch(x2), M)
-    consts = (b is not None, ACT_CODES[activation], K % cfg.BK == 0, upcast, precision, pdl, cfg.BM, cfg.BN, cfg.BK,
-              cfg.GROUP_M)  # fmt: skip
-    launch(LINEAR_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
+    cfg = pick("linear", x2, M, N, cfg)
+    if isinstance(cfg, TmaConfig) and tma_ok(x2, w, out, pre):
+        epi = EPI_ACT if pre is None else EPI_ACT_STORE_PRE
+        tma_gemm(x2, w, out, M, N, K, cfg, bias=b, aux=pre, act=ACT_CODES[activation], epi=epi)
+        return out
+    if isinstance(cfg, TmaConfig):
+        cfg = portable("linear", x2, M)
+    if pre is None:
+        ptr_linear(x2, w, b, ACT_CODES[activation], out, cfg)
+    else:  # the portable kernel has no pre-activation store: GEMM into pre, activation into out
+        ptr_linear(x2, w, b, 0, pre, cfg)
+        out.copy_(apply_activation(pre, activation))
     return out
 
 
@@ -148,30 +143,26 @@ def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_dow
 
 def gate_up_rows(
     x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str, h: torch.Tensor,
-    cfg: GemmConfig | None = None,
+    cfg: GemmConfig | TmaConfig | None = None, gu: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """h[M, I] = act(x2 @ w_gate.T) * (x2 @ w_up.T) with one GEMM launch."""
-    M, K = x2.shape
+    """h[M, I] = act(x2 @ w_gate.T) * (x2 @ w_up.T) with one GEMM launch; `gu` [2, M, I] (training) also
+    receives the pre-activations g = gu[0], u = gu[1]."""
+    M = x2.shape[0]
     N = w_gate.shape[0]
     if M == 0 or N == 0:
         return h
-    cfg = cfg or gemm_config(GATE_UP, device_arch(x2), M, x2.element_size())
-    upcast, precision = _dot_flags(x2)
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
-    args = (x2, w_gate, w_up, h, M, N, K, x2.stride(0), w_gate.stride(0), w_up.stride(0), h.stride(0))
-    pdl = uses_pdl(device_arch(x2), M)
-    consts = (
-        ACT_CODES[activation],
-        K % cfg.BK == 0,
-        upcast,
-        precision,
-        pdl,
-        cfg.BM,
-        cfg.BN,
-        cfg.BK,
-        cfg.GROUP_M,
-    )
-    launch(GATE_UP_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
+    cfg = pick("gate_up", x2, M, N, cfg)
+    if isinstance(cfg, TmaConfig) and tma_ok(x2, w_gate, w_up, h, None if gu is None else gu[0]):
+        tma_gate_up(x2, w_gate, w_up, h, gu, ACT_CODES[activation], cfg)
+        return h
+    if isinstance(cfg, TmaConfig):
+        cfg = portable("gate_up", x2, M)
+    if gu is None:
+        ptr_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, cfg)
+    else:  # the portable kernel keeps g, u in registers: write them with two GEMMs, then act(g) * u
+        linear_rows(x2, w_gate, None, "none", gu[0])
+        linear_rows(x2, w_up, None, "none", gu[1])
+        _elementwise(ACT_AND_MUL, "act_and_mul", (gu[0], gu[1]), activation, outs=(h,))
     return h
 
 
@@ -185,8 +176,25 @@ def gated_rows(
     return linear_rows(h, unit_stride(w_down), None, "none", out)
 
 
-def _elementwise(kdef, op: str, tensors: tuple[torch.Tensor, ...], n_out: int, activation: str):
-    """Launch a 1-D elementwise kernel over same-shape tensors; returns n_out fresh outputs."""
+def gated_rows_train(
+    x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, activation: str,
+    out: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """gated_rows that also returns what backward needs: (h = act(g) * u [M, I], gu = (g, u) [2, M, I])."""
+    M, N = x2.shape[0], w_gate.shape[0]
+    h = torch.empty((M, N), device=x2.device, dtype=x2.dtype)
+    gu = torch.empty((2, M, N), device=x2.device, dtype=x2.dtype)
+    gate_up_rows(x2, unit_stride(w_gate), unit_stride(w_up), activation, h, gu=gu)
+    linear_rows(h, unit_stride(w_down), None, "none", out)
+    return h, gu
+
+
+def _elementwise(
+    kdef, op: str, tensors: tuple[torch.Tensor, ...], activation: str, n_out: int = 1,
+    outs: tuple[torch.Tensor, ...] | None = None,
+) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """Launch a 1-D elementwise kernel over same-shape tensors into `outs` (contiguous; default: n_out
+    fresh tensors); returns the outputs."""
     first = tensors[0]
     for t in tensors[1:]:
         if t.shape != first.shape:
@@ -194,7 +202,7 @@ def _elementwise(kdef, op: str, tensors: tuple[torch.Tensor, ...], n_out: int, a
                 f"{op}: shapes differ: {tuple(first.shape)} vs {tuple(t.shape)}; pass equal shapes"
             )
     flat = tuple(t.contiguous() for t in tensors)
-    outs = tuple(torch.empty_like(flat[0]) for _ in range(n_out))
+    outs = outs or tuple(torch.empty_like(flat[0]) for _ in range(n_out))
     n = first.numel()
     if n > 0:
         cfg = elementwise_config(device_arch(first))
@@ -206,18 +214,19 @@ def _elementwise(kdef, op: str, tensors: tuple[torch.Tensor, ...], n_out: int, a
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
     check_activation(activation)
     check_tensors("act_and_mul", gate=gate, up=up)
-    return _elementwise(ACT_AND_MUL, "act_and_mul", (gate, up), 1, activation)[0]
+    return _elementwise(ACT_AND_MUL, "act_and_mul", (gate, up), activation)[0]
 
 
 def act_and_mul_backward(
-    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, activation: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d gate, d up) of act(gate) * up for upstream gradient `grad`."""
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, activation: str,
+    outs: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(d gate, d up) of act(gate) * up for upstream gradient `grad` (into `outs` when given)."""
     check_tensors("act_and_mul backward", grad=grad, gate=gate, up=up)
-    return _elementwise(ACT_AND_MUL_BACKWARD, "act_and_mul backward", (grad, gate, up), 2, activation)
+    return _elementwise(ACT_AND_MUL_BACKWARD, "act_and_mul backward", (grad, gate, up), activation, 2, outs)
 
 
 def activation_backward(grad: torch.Tensor, pre: torch.Tensor, activation: str) -> torch.Tensor:
     """grad * act'(pre), elementwise; `pre` is the pre-activation (for relu the output works too)."""
     check_tensors("activation backward", grad=grad, pre=pre)
-    return _elementwise(ACTIVATION_BACKWARD, "activation backward", (grad, pre), 1, activation)[0]
+    return _elementwise(ACTIVATION_BACKWARD, "activation backward", (grad, pre), activation)[0]

@@ -13,7 +13,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .activations import activate
 from .specs import KernelDef
-from .tiles import mma, tile_ids
+from .tiles import mma, prefetch_rows_l2, tile_ids
 
 
 @triton.jit
@@ -22,16 +22,20 @@ def gate_up_kernel(
     M, N, K, stride_xm, stride_wg, stride_wu, stride_hm,
     ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     PDL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # programmatic dependent launch: start early, wait for the previous kernel's writes here
-        gdc_launch_dependents()
-        gdc_wait()
     pid_m, pid_n = tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
     rm = offs_m % M
     rn = offs_n % N
+    if PREFETCH:  # weights never depend on the previous kernel: fetch them into L2 before waiting on it
+        prefetch_rows_l2(wg_ptr, rn, stride_wg, K, 8)
+        prefetch_rows_l2(wu_ptr, rn, stride_wu, K, 8)
+    if PDL:  # programmatic dependent launch: start early, wait for the previous kernel's writes here
+        gdc_launch_dependents()
+        gdc_wait()
     x_ptrs = x_ptr + rm[:, None] * stride_xm + offs_k[None, :]
     wg_ptrs = wg_ptr + rn[None, :] * stride_wg + offs_k[:, None]
     wu_ptrs = wu_ptr + rn[None, :] * stride_wu + offs_k[:, None]
@@ -60,6 +64,12 @@ def gate_up_kernel(
     tl.store(h_ptrs, h.to(h_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+def gate_up_consts(cfg, *, act: int, even_k: bool, pdl: bool, prefetch: bool, upcast: bool = False,
+                   precision: str = "tf32") -> tuple:  # fmt: skip
+    """GATE_UP's constexpr values, in declared order, for config `cfg` (a configs.GemmConfig)."""
+    return (act, even_k, upcast, precision, pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M, prefetch)
+
+
 GATE_UP = KernelDef(
     fn=gate_up_kernel,
     params=(
@@ -67,5 +77,5 @@ GATE_UP = KernelDef(
         ("M", "i32"), ("N", "i32:16"), ("K", "i32:16"),
         ("stride_xm", "i32:16"), ("stride_wg", "i32:16"), ("stride_wu", "i32:16"), ("stride_hm", "i32:16"),
     ),
-    constexprs=("ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M"),
+    constexprs=("ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M", "PREFETCH"),
 )  # fmt: skip

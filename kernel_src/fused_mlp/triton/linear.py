@@ -11,7 +11,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .activations import activate, activate_grad
 from .specs import KernelDef
-from .tiles import mma, tile_ids
+from .tiles import mma, prefetch_rows_l2, tile_ids
 
 
 @triton.jit
@@ -20,11 +20,8 @@ def linear_kernel(
     M, N, K, stride_xm, stride_wn, stride_om,
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
     PRECISION: tl.constexpr, PDL: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # programmatic dependent launch: start early, wait for the previous kernel's writes here
-        gdc_launch_dependents()
-        gdc_wait()
     pid_m, pid_n = tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
@@ -32,6 +29,11 @@ def linear_kernel(
     # Wrapped row/col indices keep loads in bounds without masks; the store masks the tail.
     rm = offs_m % M
     rn = offs_n % N
+    if PREFETCH:  # weights never depend on the previous kernel: fetch them into L2 before waiting on it
+        prefetch_rows_l2(w_ptr, rn, stride_wn, K, 8)
+    if PDL:  # programmatic dependent launch: start early, wait for the previous kernel's writes here
+        gdc_launch_dependents()
+        gdc_wait()
     x_ptrs = x_ptr + rm[:, None] * stride_xm + offs_k[None, :]
     w_ptrs = w_ptr + rn[None, :] * stride_wn + offs_k[:, None]
 
@@ -56,6 +58,12 @@ def linear_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+def linear_consts(cfg, *, has_bias: bool, act: int, even_k: bool, pdl: bool, prefetch: bool,
+                  upcast: bool = False, precision: str = "tf32") -> tuple:  # fmt: skip
+    """LINEAR's constexpr values, in declared order, for config `cfg` (a configs.GemmConfig)."""
+    return (has_bias, act, even_k, upcast, precision, pdl, cfg.BM, cfg.BN, cfg.BK, cfg.GROUP_M, prefetch)
+
+
 LINEAR = KernelDef(
     fn=linear_kernel,
     params=(
@@ -63,7 +71,7 @@ LINEAR = KernelDef(
         ("M", "i32"), ("N", "i32:16"), ("K", "i32:16"),
         ("stride_xm", "i32:16"), ("stride_wn", "i32:16"), ("stride_om", "i32:16"),
     ),
-    constexprs=("HAS_BIAS", "ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M"),
+    constexprs=("HAS_BIAS", "ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M", "PREFETCH"),
 )  # fmt: skip
 
 

@@ -1,0 +1,184 @@
+"""GEMM launches on plain 2-D tensors: the Hopper kernels (hopper.py) where the arch's tables and TMA's
+alignment rules allow, else the portable pointer kernels (linear.py, gated.py).
+
+Callers hand in allocated outputs; nothing here checks shapes or dtypes (forward.py / backward.py do).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from .configs import (
+    GATE_UP,
+    LINEAR,
+    PDL_PREFETCH,
+    GemmConfig,
+    TmaConfig,
+    arch_of,
+    gemm_config,
+    tma_config,
+    uses_pdl,
+)
+from .gated import GATE_UP as GATE_UP_KERNEL
+from .gated import gate_up_consts as ptr_gate_up_consts
+from .hopper import TMA_GATE_UP, TMA_GEMM, gemm_consts
+from .hopper import gate_up_consts as tma_gate_up_consts
+from .launch import launch
+from .linear import LINEAR as LINEAR_KERNEL
+from .linear import linear_consts
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # CPU tensors run on the interpreter
+# The interpreter runs persistent kernels on this many programs, so CPU tests walk several tiles each.
+_INTERPRETER_PROGRAMS = 4
+_ARCHS: dict[int, str] = {}
+_SMS: dict[int, int] = {}
+
+
+def _index(t: torch.Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def device_arch(t: torch.Tensor) -> str:
+    """Arch name of t's device (cached per device), "interpreter" for CPU tensors."""
+    if not t.is_cuda:
+        return "interpreter"
+    index = _index(t)
+    if index not in _ARCHS:
+        _ARCHS[index] = arch_of(torch.cuda.get_device_capability(index))
+    return _ARCHS[index]
+
+
+def num_programs(t: torch.Tensor, tiles: int) -> int:
+    """Persistent grid size: one program per SM of t's device (at most one per tile)."""
+    if not t.is_cuda:
+        return min(tiles, _INTERPRETER_PROGRAMS)
+    index = _index(t)
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return min(tiles, _SMS[index])
+
+
+def dot_flags(t: torch.Tensor) -> tuple[bool, str]:
+    """(upcast operands to fp32, tl.dot input precision) for t's dtype and device."""
+    upcast = (not t.is_cuda) and t.dtype == torch.bfloat16
+    exact = t.dtype == torch.float32 and not (t.is_cuda and torch.backends.cuda.matmul.allow_tf32)
+    return upcast, "ieee" if exact else "tf32"
+
+
+def tma_ok(*tensors: torch.Tensor | None) -> bool:
+    """Whether TMA may address these 2-D tensors: 16-byte aligned bases and row strides (also of 1-row
+    tensors: the kernel builds its descriptors with them), unit column stride. A (g, u)-style pair of
+    planes passes plane 0; plane 1 then starts M x row stride later, aligned as well."""
+    present = [t for t in tensors if t is not None]
+    size = present[0].element_size()
+    return all(
+        t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and (t.stride(0) * size) % 16 == 0 for t in present
+    )
+
+
+def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Triton's global-scratch allocator (TMA descriptors built in the kernel live there)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Give Triton a scratch allocator in this thread's context unless the user set one (autograd runs
+    backward on its own thread, where a context variable set at import would not be seen)."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        triton.set_allocator(_torch_scratch)
+
+
+def tma_gemm(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, N: int, K: int, cfg: TmaConfig, *,
+    a_t: bool = False, b_t: bool = False, b2: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+    aux: torch.Tensor | None = None, act: int = 0, epi: int = 0, rows: int | None = None,
+) -> None:  # fmt: skip
+    """One `tma_gemm_kernel` launch (docs/CONTRACTS.md "Kernel families"); unused pointers get `c`.
+    `rows` = the op's row count (default M): it decides PDL (`configs.uses_pdl`) like the config row."""
+    upcast, precision = dot_flags(a)
+    pdl = uses_pdl(device_arch(a), M if rows is None else rows)
+    b2_, aux_ = (b if b2 is None else b2), (c if aux is None else aux)
+    args = (a, b, b2_, c, c if bias is None else bias, aux_,
+            M, N, K, a.stride(0), b.stride(0), b2_.stride(0), c.stride(0), aux_.stride(0))  # fmt: skip
+    consts = gemm_consts(cfg, a_t=a_t, b_t=b_t, dual=b2 is not None, has_bias=bias is not None, act=act, epi=epi,
+                         pdl=pdl, upcast=upcast, precision=precision)  # fmt: skip
+    grid = (num_programs(a, triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)),)
+    _ensure_allocator()
+    launch(TMA_GEMM, grid, args, consts, cfg.num_warps, cfg.num_stages)
+
+
+def tma_gate_up(
+    x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, h: torch.Tensor, gu: torch.Tensor | None,
+    act: int, cfg: TmaConfig,
+) -> None:  # fmt: skip
+    """One `tma_gate_up_kernel` launch: h = act(x wg^T) * (x wu^T), plus g, u into gu [2, M, N] when given."""
+    M, K = x.shape
+    N = wg.shape[0]
+    upcast, precision = dot_flags(x)
+    gu_ = h if gu is None else gu[0]
+    args = (x, wg, wu, h, gu_, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0), gu_.stride(0))
+    consts = tma_gate_up_consts(cfg, act=act, store_gu=gu is not None, pdl=uses_pdl(device_arch(x), M),
+                                upcast=upcast, precision=precision)  # fmt: skip
+    grid = (num_programs(x, triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)),)
+    _ensure_allocator()
+    launch(TMA_GATE_UP, grid, args, consts, cfg.num_warps, cfg.num_stages)
+
+
+def _prefetch(x: torch.Tensor, pdl: bool) -> bool:
+    """Whether a pointer-kernel launch prefetches its weights (PDL launches on the GPU; the interpreter
+    cannot run the prefetch's inline PTX)."""
+    return pdl and PDL_PREFETCH and x.is_cuda
+
+
+def ptr_linear(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: int, out: torch.Tensor, cfg: GemmConfig
+) -> None:
+    """One portable `linear_kernel` launch: out = act(x @ w^T + b)."""
+    M, K = x.shape
+    N = w.shape[0]
+    upcast, precision = dot_flags(x)
+    pdl = uses_pdl(device_arch(x), M)
+    args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w.stride(0), out.stride(0))
+    consts = linear_consts(cfg, has_bias=b is not None, act=act, even_k=K % cfg.BK == 0, pdl=pdl,
+                           prefetch=_prefetch(x, pdl), upcast=upcast, precision=precision)  # fmt: skip
+    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+    launch(LINEAR_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
+
+
+def ptr_gate_up(
+    x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, act: int, h: torch.Tensor, cfg: GemmConfig
+) -> None:
+    """One portable `gate_up_kernel` launch: h = act(x wg^T) * (x wu^T)."""
+    M, K = x.shape
+    N = wg.shape[0]
+    upcast, precision = dot_flags(x)
+    pdl = uses_pdl(device_arch(x), M)
+    args = (x, wg, wu, h, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0))
+    consts = ptr_gate_up_consts(cfg, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=_prefetch(x, pdl),
+                                upcast=upcast, precision=precision)  # fmt: skip
+    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+    launch(GATE_UP_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
+
+
+def hopper_config(role: str, x: torch.Tensor, rows: int, cols: int) -> TmaConfig | None:
+    """The arch table's Hopper config for `role` at a rows x cols output, or None. Exact fp32 (TF32 off)
+    never gets one: its dot runs on FMAs, and a wgmma-sized tile of those spills (portable kernel / cuBLAS)."""
+    if dot_flags(x)[1] == "ieee":
+        return None
+    return tma_config(role, device_arch(x), rows, x.element_size(), cols, num_programs(x, 1 << 30))
+
+
+def pick(role: str, x: torch.Tensor, rows: int, cols: int, cfg: GemmConfig | TmaConfig | None):
+    """The config a forward GEMM of `role` ("linear" or "gate_up") runs with: `cfg` when given (tuning),
+    else the arch's Hopper table row, else the portable table's row."""
+    return cfg or hopper_config(role, x, rows, cols) or portable(role, x, rows)
+
+
+def portable(role: str, x: torch.Tensor, rows: int) -> GemmConfig:
+    """The portable kernel's config for a forward role (when TMA's rules rule the Hopper kernel out)."""
+    return gemm_config(LINEAR if role == "linear" else GATE_UP, device_arch(x), rows, x.element_size())
