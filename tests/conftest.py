@@ -1,5 +1,6 @@
 """Shared fixtures. `hub`: a real `kernel-hub serve` process on 127.0.0.1 (session scope);
-`hub_env`: points the stock clients at it with a fresh cache (docs/CONTRACTS.md).
+`plain_hub`: the same with `--no-extensions` (the HF Hub API only, as the real Hub);
+`hub_env`: points the stock clients at `hub` with a fresh cache (docs/CONTRACTS.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from hub_process import REPO_ROOT, HubProcess  # noqa: F401  (re-exported for te
 def hub(tmp_path_factory):
     """A real hub on 127.0.0.1 for the whole session (pages of 100 entries, so pagination is exercised)."""
     proc = HubProcess(tmp_path_factory.mktemp("hub") / "data", "--page-size", "100").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_hub(tmp_path_factory):
+    """A real hub that answers only the HF Hub API (`serve --no-extensions`): no key routes, no ref-update."""
+    proc = HubProcess(tmp_path_factory.mktemp("plain-hub") / "data", "--no-extensions").start()
     yield proc
     proc.stop()
 

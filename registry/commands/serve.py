@@ -124,6 +124,12 @@ def register(subparsers) -> None:
         help="build/matrix.toml whose environments the kernel pages' matrix shows "
         "(default: ./build/matrix.toml, else the checkout's)",
     )
+    p.add_argument(
+        "--no-extensions",
+        action="store_true",
+        help="answer only the Hugging Face Hub API: no publisher-key routes, no ref-update "
+        "(test publishing and loading as against the real Hub)",
+    )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=_serve)
 
@@ -140,6 +146,7 @@ def _serve(args: argparse.Namespace) -> int:
         page_size=args.page_size,
         lfs_threshold=args.lfs_threshold,
         max_commit_bytes=args.max_commit_bytes,
+        extension_routes=not args.no_extensions,
     )
     app = create_app(args.data, config=config, extensions=[MatrixSection(args.matrix)])
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)

@@ -18,7 +18,7 @@ from starlette.routing import Route as StarletteRoute
 from . import commits, files, lfs, orgs, pages, refs, repos
 from .errors import HubError
 from .pages import PageSection
-from .routing import find, split_raw_path
+from .routing import Route, find, split_raw_path
 from .storage import db
 from .storage.accounts import Accounts
 from .storage.blobs import BlobStore
@@ -39,6 +39,8 @@ ROUTES = [
     *pages.ROUTES,
 ]
 ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
+# Our routes beyond the HF Hub API (docs/HUB_PROTOCOL.md): left out when HubConfig.extension_routes is False.
+EXTENSION_HANDLERS = frozenset({orgs.list_keys, orgs.add_key, refs.ref_update})
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 
 
@@ -51,14 +53,14 @@ def open_hub(
     return Hub(RepoStore(engine), accounts, blobs, config, accounts.secret(), tuple(extensions))
 
 
-async def _answer(hub: Hub, request: Request, request_id: str) -> Response:
+async def _answer(hub: Hub, routes: list[Route], request: Request, request_id: str) -> Response:
     try:
         segs = split_raw_path(request.scope.get("raw_path") or request.scope["path"].encode())
     except UnicodeDecodeError:
         return error_response(
             HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding")
         )
-    route, params, path_matched = find(ROUTES, request.method, segs)
+    route, params, path_matched = find(routes, request.method, segs)
     try:
         if route is None:
             kind = "MethodNotAllowed" if path_matched else "NotFound"
@@ -84,10 +86,11 @@ def create_app(
     if public_url:
         cfg = replace(cfg, public_url=public_url)
     hub = open_hub(Path(data_dir), cfg, extensions=extensions)
+    routes = ROUTES if cfg.extension_routes else [r for r in ROUTES if r.handler not in EXTENSION_HANDLERS]
 
     async def dispatch(request: Request):
         request_id = uuid.uuid4().hex
-        response = await _answer(hub, request, request_id)
+        response = await _answer(hub, routes, request, request_id)
         response.headers["X-Request-Id"] = request_id  # the client quotes it in its error messages
         return response
 

@@ -29,6 +29,9 @@ class HubConfig:
     max_json_bytes: int = 8 * MiB
     max_commit_bytes: int = 512 * MiB
     max_lfs_bytes: int = 50 * 1024 * MiB
+    # False: answer only the HF Hub API, without our key registry and ref-update (`serve --no-extensions`),
+    # so publish and load are tested against a server that behaves like the real Hub.
+    extension_routes: bool = True
 
 
 @dataclass

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import os
@@ -18,7 +16,6 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
 
-from registry.commands.serve import HubNotServing, free_port, wait_until_serving
 from registry.publisher import build as b
 from registry.publisher import publish
 from registry.spec import digest, signing
@@ -201,53 +198,16 @@ def test_concurrent_publishes_onto_existing_version_one_wins(ctx, dists, monkeyp
     _race(ctx, dists["same_api"], third, monkeypatch, "ref_update")
 
 
-# A Hub-API server without our extensions (ref-update, key registry): the same hub code with those routes
-# removed, run as its own process. The publisher must fall back to the Hub's own create_branch/parent_commit checks.
-_PLAIN_SERVER = """
-import sys, uvicorn
-from registry.hub import app as hub_app, orgs, refs
-hub_app.ROUTES[:] = [r for r in hub_app.ROUTES if r.handler not in (refs.ref_update, orgs.list_keys, orgs.add_key)]
-uvicorn.run(hub_app.create_app(sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
-"""
-
-
-@pytest.fixture(scope="module")
-def plain_hub(tmp_path_factory):
-    data = tmp_path_factory.mktemp("plain-hub") / "data"
-    port, url = free_port(), ""
-    with open(data.parent / "log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _PLAIN_SERVER, str(data), str(port)],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_until_serving(url, proc, timeout_s=60)
-        except HubNotServing as e:
-            proc.kill()
-            raise RuntimeError(
-                f"plain hub did not start ({e}): {(data.parent / 'log').read_text()[-2000:]}"
-            ) from None
-        yield {"url": url, "data": data}
-        proc.terminate()
-        proc.wait(10)
-
-
 @pytest.fixture
 def plain_ctx(plain_hub, tmp_path):
-    from registry.cli import main
-
+    """As `ctx`, on `plain_hub` (`serve --no-extensions`): the publisher must fall back to the Hub's own
+    create_branch / parent_commit checks and ship its key in the repo."""
     user = f"p{uuid.uuid4().hex[:8]}"
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["token", "create", "--user", user, "--data", str(plain_hub["data"])]) == 0
     return {
         "repo": f"{user}/fused-mlp",
         "ns": user,
-        "endpoint": plain_hub["url"],
-        "token": out.getvalue().strip(),
+        "endpoint": plain_hub.url,
+        "token": plain_hub.token(user),
         "key_path": tmp_path / "keys" / f"{user}.pem",
     }
 
