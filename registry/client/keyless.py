@@ -1,0 +1,171 @@
+"""Keyless signatures: `metadata.json.sigstore` (a sigstore bundle, as kernels-community ships) checked offline.
+
+The bundle must verify over the exact bytes of `metadata.json` against a trusted root (no network: a file
+the user names, else the root sigstore-python keeps in its own cache, embedded in the package until a
+`sigstore` command refreshes it) and its certificate must name a GitHub Actions workflow the user accepts.
+Accepted workflows are signer URIs `https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>`
+(`*` matches any characters, e.g. `@refs/tags/v*`): `get_kernel(sigstore_identities=[...])`, else
+`$KERNEL_HUB_SIGSTORE_IDENTITIES` (whitespace-separated), else the kernels-community workflows that stock
+`kernels verify-signature` accepts. Failures raise `spec.signing.SignatureError`, like ed25519 ones.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat import asn1
+from sigstore.errors import Error as SigstoreError
+from sigstore.errors import VerificationError
+from sigstore.models import Bundle, ClientTrustConfig, InvalidBundle, TrustedRoot
+from sigstore.verify import Verifier, policy
+
+from registry.errors import UsageError
+from registry.spec.signing import SignatureError
+
+IDENTITIES_ENV = "KERNEL_HUB_SIGSTORE_IDENTITIES"
+ROOT_ENV = "KERNEL_HUB_SIGSTORE_ROOT"
+GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+# kernels 0.17.2 `kernels.verify.DEFAULT_POLICIES` (tests/loader/test_keyless.py keeps the two equal).
+KERNELS_COMMUNITY = tuple(
+    f"https://github.com/huggingface/kernels-community/.github/workflows/{w}@refs/heads/main"
+    for w in ("build.yaml", "build-mac.yaml", "build-windows.yaml", "sign-old-builds.yaml")
+)
+_SIGNER = re.compile(r"(https://github\.com/[^/\s]+/[^/\s]+)/\.github/workflows/[^@\s]+@\S+")
+# Fulcio certificate extensions (github.com/sigstore/fulcio docs/oid-info.md).
+_ISSUER_OID = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8")
+_SIGNER_OID = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.9")
+_REPOSITORY_OID = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.12")
+
+
+@dataclass(frozen=True)
+class WorkflowIdentity:
+    """One accepted signer: a GitHub Actions workflow URI (with `*` wildcards) of one repository."""
+
+    signer: str
+    issuer: str = GITHUB_ISSUER
+
+    @classmethod
+    def parse(cls, text: str) -> WorkflowIdentity:
+        m = _SIGNER.fullmatch(text.strip())
+        if not m or "*" in m.group(1):
+            raise UsageError(
+                f"sigstore identity {text!r} must look like "
+                "https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref> (the ref may use *)"
+            )
+        return cls(m.group(0))
+
+    @property
+    def repository(self) -> str:
+        """`https://github.com/<owner>/<repo>`: the certificate's source repository must be this one."""
+        m = _SIGNER.fullmatch(self.signer)
+        assert m is not None, self.signer
+        return m.group(1)
+
+    def verify(self, cert: x509.Certificate) -> None:
+        """sigstore VerificationPolicy: issuer, source repository and workflow all match, else VerificationError."""
+        found = certificate_identity(cert)
+        problems = [
+            f"{what} {got!r} is not {want!r}"
+            for what, got, want in (
+                ("issuer", found.issuer, self.issuer),
+                ("source repository", found.repository, self.repository),
+            )
+            if got != want
+        ]
+        if not fnmatch.fnmatchcase(found.signer or "", self.signer):
+            problems.append(f"workflow {found.signer!r} does not match {self.signer!r}")
+        if problems:
+            raise VerificationError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class KeylessSigner:
+    """Who signed, as the certificate says: OIDC issuer, source repository and workflow (signer) URI."""
+
+    issuer: str | None
+    repository: str | None
+    signer: str | None
+
+
+def certificate_identity(cert: x509.Certificate) -> KeylessSigner:
+    """The identity a Fulcio certificate carries (None for an extension it lacks)."""
+
+    def ext(oid: x509.ObjectIdentifier) -> str | None:
+        try:
+            raw = cert.extensions.get_extension_for_oid(oid).value
+        except x509.ExtensionNotFound:
+            return None
+        try:
+            return asn1.decode_der(str, raw.value)  # type: ignore[attr-defined]
+        except ValueError:
+            return None
+
+    return KeylessSigner(ext(_ISSUER_OID), ext(_REPOSITORY_OID), ext(_SIGNER_OID))
+
+
+def identities(configured: Sequence[str] | None = None) -> tuple[WorkflowIdentity, ...]:
+    """The accepted signers: `configured`, else `$KERNEL_HUB_SIGSTORE_IDENTITIES`, else kernels-community's."""
+    if configured is None:
+        env = os.environ.get(IDENTITIES_ENV, "").split()
+        configured = env or KERNELS_COMMUNITY
+    if isinstance(configured, str):
+        raise UsageError("sigstore identities must be a list of workflow URIs, not one string")
+    found = tuple(WorkflowIdentity.parse(c) for c in configured)
+    if not found:
+        raise UsageError("an empty list of sigstore identities would accept no signer")
+    return found
+
+
+def trusted_root(path: Path | str | None = None) -> TrustedRoot:
+    """The sigstore trusted root, offline: `path`, else `$KERNEL_HUB_SIGSTORE_ROOT`, else sigstore-python's cached one."""
+    path = path or os.environ.get(ROOT_ENV) or None
+    try:
+        if path is not None:
+            return TrustedRoot.from_file(str(path))
+        return ClientTrustConfig.production(offline=True).trusted_root
+    except (OSError, ValueError, SigstoreError) as e:
+        where = f"{path}" if path else "sigstore-python's cache"
+        raise SignatureError(
+            f"no usable sigstore trusted root ({where}: {e}); set {ROOT_ENV} to a trusted_root.json"
+        ) from e
+
+
+def verify_bundle(
+    metadata_bytes: bytes,
+    bundle_bytes: bytes,
+    accepted: Sequence[WorkflowIdentity],
+    root: TrustedRoot,
+) -> KeylessSigner:
+    """Check that `bundle_bytes` signs exactly `metadata_bytes`, by a certificate of one `accepted` workflow.
+
+    Returns the signer; raises SignatureError saying what failed and who the certificate names.
+    """
+    try:
+        bundle = Bundle.from_json(bundle_bytes)
+    except (InvalidBundle, ValueError) as e:
+        raise SignatureError(f"metadata.json.sigstore is not a valid sigstore bundle: {e}") from e
+    signer = certificate_identity(bundle.signing_certificate)
+    accepted_policy = policy.AnyOf(list(accepted))
+    try:
+        Verifier(trusted_root=root).verify_artifact(metadata_bytes, bundle, accepted_policy)
+    except SigstoreError as e:
+        try:
+            accepted_policy.verify(bundle.signing_certificate)
+        except VerificationError:
+            names = ", ".join(i.signer for i in accepted)
+            raise SignatureError(
+                f"metadata.json.sigstore is signed by workflow {signer.signer} (issuer {signer.issuer}), "
+                f"which is not an accepted identity ({names}): set {IDENTITIES_ENV} or pass "
+                "sigstore_identities to accept that publisher"
+            ) from e
+        raise SignatureError(
+            f"metadata.json.sigstore by {signer.signer} does not verify over this metadata.json ({e}): "
+            "the file was changed after signing, or the bundle signs other bytes"
+        ) from e
+    return signer
