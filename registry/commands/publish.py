@@ -29,6 +29,12 @@ def register(subparsers) -> None:
         help="let vN lose variants its current head has (default: refused)",
     )
     p.add_argument("--private", action="store_true", help="create the repo as private if it does not exist")
+    p.add_argument(
+        "--sigstore",
+        action="store_true",
+        help="also sign keyless (metadata.json.sigstore) with this CI job's OIDC identity "
+        "(GitHub Actions with `permissions: id-token: write`)",
+    )
     p.set_defaults(func=run)
 
 
@@ -48,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             key_path=args.key,
             private=args.private,
             allow_dropping_variants=args.allow_dropping_variants,
+            sigstore=args.sigstore,
         )
     except HfHubHTTPError as e:  # the hub refused a request: said in the same one line as our own refusals
         raise PublishError(str(e)) from e

@@ -19,7 +19,8 @@ import logging
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +35,15 @@ from registry.spec.variant import (
     BUILD_DIR,
     METADATA,
     SIGNATURE,
+    SIGSTORE,
     MetadataError,
     VariantMetadata,
     metadata_path,
 )
 
 from .errors import ApiChanged, PublishError, VersionMoved
+from .keyless import ambient_identity, ambient_signer
+from .keyless import bundle_problem as keyless_bundle_problem
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +175,19 @@ def read_dist(dist: Path) -> dict[str, VariantMetadata]:
 
 
 def stage_signed(
-    dist: Path, stage: Path, metas: Mapping[str, VariantMetadata], version: int, key
+    dist: Path,
+    stage: Path,
+    metas: Mapping[str, VariantMetadata],
+    version: int,
+    key,
+    keyless: Callable[[bytes], bytes] | None = None,
 ) -> dict[str, FileId]:
     """Copy `dist` to `stage` with `version` set in every metadata.json and a fresh metadata.json.sig beside it.
 
-    Returns the staged tree (repo path -> FileId). Ed25519 signatures are deterministic, so publishing the
-    same dist with the same key twice stages identical bytes.
+    The public key goes along as `keys/<key id>.pub`, so loaders can pin it where the hub has no key
+    route. `keyless` (see keyless.ambient_signer) adds a fresh metadata.json.sigstore; a bundle the dist
+    already has must sign the staged bytes. Returns the staged tree (repo path -> FileId). Ed25519
+    signatures are deterministic, so publishing the same dist with the same key twice stages identical bytes.
     """
     dist = Path(dist)
     for src in sorted(p for p in dist.rglob("*") if p.is_file()):
@@ -192,6 +203,19 @@ def stage_signed(
         data = meta.with_version(version).to_bytes()
         (vdir / METADATA).write_bytes(data)
         (vdir / SIGNATURE).write_text(signing.sign_metadata(data, key))
+        if keyless is not None:
+            (vdir / SIGSTORE).write_bytes(keyless(data))
+        elif (vdir / SIGSTORE).is_file():
+            problem = keyless_bundle_problem((vdir / SIGSTORE).read_bytes(), data)
+            if problem:
+                raise PublishError(
+                    f"build/{name}/{SIGSTORE} {problem} (as v{version}): sign while publishing with "
+                    f"--sigstore, or delete it from {dist}"
+                )
+    pub = signing.public_key_b64(key)
+    key_file = stage / signing.key_file_path(signing.key_id(pub))
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(signing.key_file_text(pub))
     tree = {}
     for path in sorted(p for p in stage.rglob("*") if p.is_file()):
         data = path.read_bytes()
@@ -249,8 +273,9 @@ class HubClient:
         r = self._post(f"/api/kernel-hub/keys/{namespace}", {"public_key": public_b64})
         if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
             return (
-                f"warning: {self.endpoint} has no key registry; loaders there cannot check the signature "
-                f"of key {signing.key_id(public_b64)}"
+                f"{self.endpoint} has no key registry: publisher key {signing.key_id(public_b64)} ships in the "
+                f"repo as {signing.key_file_path(signing.key_id(public_b64))}; loaders pin it on first use "
+                "(or take it from the user)"
             )
         hf_raise_for_status(r)
         return f"publisher key {signing.key_id(public_b64)} registered for {namespace}"
@@ -306,12 +331,17 @@ def publish(
     key_path: Path | None = None,
     private: bool = False,
     allow_dropping_variants: bool = False,
+    sigstore: bool = False,
 ) -> PublishResult:
-    """Publish the built `dist` as version `version` of `repo_id` (see the module docstring)."""
+    """Publish the built `dist` as version `version` of `repo_id` (see the module docstring).
+
+    `sigstore=True` also signs keyless with the CI job's OIDC identity (publisher/keyless.py).
+    """
     namespace, _ = check_repo_id(repo_id)
     branch = version_branch(version)
     metas = read_dist(Path(dist))
     new_api = dist_api({v: m.api for v, m in metas.items()})
+    oidc_token = ambient_identity() if sigstore else None
     key_path = Path(key_path) if key_path else signing.default_key_path(namespace)
     key, created = signing.load_or_create_key(key_path)
     pub = signing.public_key_b64(key)
@@ -339,9 +369,12 @@ def publish(
                 "Build them into the dist, or pass --allow-dropping-variants"
             )
 
-    with tempfile.TemporaryDirectory(prefix="kernel-hub-publish-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="kernel-hub-publish-") as tmp,
+        ambient_signer(oidc_token) if oidc_token else nullcontext() as keyless,
+    ):
         stage = Path(tmp)
-        expected = stage_signed(Path(dist), stage, metas, version, key)
+        expected = stage_signed(Path(dist), stage, metas, version, key, keyless)
         commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
     return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
 

@@ -2,7 +2,8 @@
 
 The signature file `build/<variant>/metadata.json.sig` is two lines: the key id, then the base64
 signature over the exact bytes of `metadata.json`. Public keys are registered per namespace on the hub
-(`/api/kernel-hub/keys/{ns}`); the key id lets a verifier pick the right one among several.
+(`/api/kernel-hub/keys/{ns}`) and shipped in every published version as `keys/<key id>.pub` (for hubs
+without that route, e.g. the Hugging Face Hub); the key id lets a verifier pick the right one among several.
 """
 
 from __future__ import annotations
@@ -23,6 +24,28 @@ from registry.errors import KernelHubError
 
 class SignatureError(KernelHubError, ValueError):
     """metadata.json's signature is missing, malformed, from an unknown key, or does not match."""
+
+
+KEYS_DIR = "keys"  # repo folder of the publisher keys a version ships: keys/<key id>.pub
+
+
+def key_file_path(kid: str) -> str:
+    """Repo path of a shipped public key: `keys/<key id>.pub`."""
+    return f"{KEYS_DIR}/{kid}.pub"
+
+
+def key_file_text(pub_b64: str) -> str:
+    """Contents of `keys/<key id>.pub`: the base64 raw public key and a newline."""
+    return f"{pub_b64}\n"
+
+
+def read_key_file(path: str, text: str) -> str:
+    """The base64 key a shipped `keys/<key id>.pub` holds; SignatureError if malformed or not the key its name says."""
+    pub = text.strip()
+    kid = key_id(pub)
+    if path.rsplit("/", 1)[-1] != f"{kid}.pub":
+        raise SignatureError(f"{path} holds key {kid}, not the key its name says")
+    return pub
 
 
 def generate_key() -> Ed25519PrivateKey:

@@ -85,9 +85,11 @@ def _branches(ctx) -> dict[str, str]:
     return {r.name: r.target_commit for r in refs.branches}
 
 
-def _expected_files(dist: Path) -> set[str]:
+def _expected_files(dist: Path, ctx, variants=VARIANTS) -> set[str]:
+    """The dist's files, each variant's signature and the publisher's public key (keys/<key id>.pub)."""
     files = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
-    return files | {f"build/{v}/metadata.json.sig" for v in VARIANTS}
+    kid = signing.key_id(signing.public_key_b64(signing.load_private_key(ctx["key_path"])))
+    return files | {f"build/{v}/metadata.json.sig" for v in variants} | {signing.key_file_path(kid)}
 
 
 def _remote_files(ctx, commit: str) -> set[str]:
@@ -100,7 +102,7 @@ def test_publish_creates_signed_complete_version(ctx, dists, tmp_path):
     branches = _branches(ctx)
     assert branches["v1"] == result.commit and result.previous is None
     assert not [b for b in branches if b.startswith("publish/")], "temporary branch left behind"
-    assert _remote_files(ctx, result.commit) == _expected_files(dists["base"])
+    assert _remote_files(ctx, result.commit) == _expected_files(dists["base"], ctx)
 
     with urllib.request.urlopen(f"{ctx['endpoint']}/api/kernel-hub/keys/{ctx['ns']}") as r:
         keys = json.loads(r.read())["keys"]
@@ -184,7 +186,7 @@ def _race(ctx, dist_a: Path, dist_b: Path, monkeypatch, method: str):
     assert branches["v1"] == result.commit
     assert not [b for b in branches if b.startswith("publish/")]
     winning_dist = dist_a if winner == "a" else dist_b
-    assert _remote_files(ctx, branches["v1"]) == _expected_files(winning_dist)
+    assert _remote_files(ctx, branches["v1"]) == _expected_files(winning_dist, ctx)
     return result
 
 
@@ -225,10 +227,10 @@ def test_plain_hub_api_server_publish_and_move_forward(plain_ctx, dists, caplog)
     logs = caplog.messages
     assert any("no key registry" in m for m in logs) and any("no ref-update" in m for m in logs)
     assert _branches(plain_ctx)["v1"] == first.commit
-    assert _remote_files(plain_ctx, first.commit) == _expected_files(dists["base"])
+    assert _remote_files(plain_ctx, first.commit) == _expected_files(dists["base"], plain_ctx)
     second = _publish(plain_ctx, dists["same_api"], 1)
     assert second.previous == first.commit and second.commit != first.commit
-    assert _remote_files(plain_ctx, second.commit) == _expected_files(dists["same_api"])
+    assert _remote_files(plain_ctx, second.commit) == _expected_files(dists["same_api"], plain_ctx)
     assert not [b for b in _branches(plain_ctx) if b.startswith("publish/")]
 
 
@@ -327,6 +329,4 @@ def test_upload_split_into_several_commits_moves_vn_once(ctx, tmp_path):
     api = HfApi(endpoint=ctx["endpoint"], token=ctx["token"])
     titles = [c.title for c in api.list_repo_commits(ctx["repo"], repo_type="kernel", revision=result.commit)]
     assert any("part 2" in t for t in titles), titles
-    assert _remote_files(ctx, result.commit) == {
-        p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()
-    } | {"build/torch-cpu/metadata.json.sig"}
+    assert _remote_files(ctx, result.commit) == _expected_files(dist, ctx, ["torch-cpu"])
