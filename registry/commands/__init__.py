@@ -1,4 +1,4 @@
-"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, build, publish, variants, demo, matrix).
+"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, build, publish, variants, demo, matrix, lock).
 
 This is the layer that wires the parts together (e.g. `serve` hands the matrix page section to the hub).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 # One module per sub-command (or family), each with `register(subparsers)`.
-_MODULES: list[str] = ["serve", "admin", "build", "publish", "matrix", "variants", "demo"]
+_MODULES: list[str] = ["serve", "admin", "build", "publish", "matrix", "variants", "demo", "lock"]
 
 
 def register(subparsers) -> None:

@@ -1,0 +1,21 @@
+"""Both kinds of hub the real-Hub tests run against: ours (`hub`) and one without our extensions
+(`plain_hub`, `serve --no-extensions`, as the Hugging Face Hub). A plain module, as loader_paths.py."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from registry.publisher.publish import publish
+
+HUB_KINDS = ["hub", "plain_hub"]
+
+
+def publish_fresh(hub, dist: Path, key_path: Path, version: int = 1) -> tuple[str, str, str]:
+    """`dist` as `version` of a new trusted org's `fused-mlp` on `hub`: (repo id, commit, write token)."""
+    org = f"k{uuid.uuid4().hex[:8]}"
+    token = hub.token(f"{org}-user", write=[org])
+    hub.org(org, trusted=True, members=(f"{org}-user",))
+    repo = f"{org}/fused-mlp"
+    result = publish(repo, dist, version, endpoint=hub.url, token=token, key_path=key_path)
+    return repo, result.commit, token
