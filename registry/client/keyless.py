@@ -15,7 +15,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cryptography import x509
@@ -23,7 +23,7 @@ from cryptography.hazmat import asn1
 from sigstore.errors import Error as SigstoreError
 from sigstore.errors import VerificationError
 from sigstore.models import Bundle, ClientTrustConfig, InvalidBundle, TrustedRoot
-from sigstore.verify import Verifier, policy
+from sigstore.verify import Verifier
 
 from registry.errors import UsageError
 from registry.spec.signing import SignatureError
@@ -91,6 +91,7 @@ class KeylessSigner:
     issuer: str | None
     repository: str | None
     signer: str | None
+    accepted_as: str | None = None  # the accepted identity (pattern) it matched; None: not one of them
 
 
 def certificate_identity(cert: x509.Certificate) -> KeylessSigner:
@@ -136,36 +137,56 @@ def trusted_root(path: Path | str | None = None) -> TrustedRoot:
         ) from e
 
 
+class _AnySigner:
+    """A sigstore VerificationPolicy that accepts every certificate: the identity is judged after
+    verification (`KeylessSigner.accepted_as`), so a valid bundle by another publisher is told apart
+    from a broken one."""
+
+    def verify(self, cert: x509.Certificate) -> None:
+        return None
+
+
 def verify_bundle(
     metadata_bytes: bytes,
     bundle_bytes: bytes,
     accepted: Sequence[WorkflowIdentity],
     root: TrustedRoot,
 ) -> KeylessSigner:
-    """Check that `bundle_bytes` signs exactly `metadata_bytes`, by a certificate of one `accepted` workflow.
+    """Check that `bundle_bytes` is a valid sigstore signature over exactly `metadata_bytes`.
 
-    Returns the signer; raises SignatureError saying what failed and who the certificate names.
+    Verified offline against `root`: the certificate chain to Fulcio, the transparency log entry and the
+    signature. Raises SignatureError when any fails. The returned signer's `accepted_as` is the `accepted`
+    identity its workflow matches (None: a valid signature by a publisher the policy does not name).
     """
     try:
         bundle = Bundle.from_json(bundle_bytes)
     except (InvalidBundle, ValueError) as e:
         raise SignatureError(f"metadata.json.sigstore is not a valid sigstore bundle: {e}") from e
-    signer = certificate_identity(bundle.signing_certificate)
-    accepted_policy = policy.AnyOf(list(accepted))
+    cert = bundle.signing_certificate
+    signer = certificate_identity(cert)
     try:
-        Verifier(trusted_root=root).verify_artifact(metadata_bytes, bundle, accepted_policy)
+        Verifier(trusted_root=root).verify_artifact(metadata_bytes, bundle, _AnySigner())
     except SigstoreError as e:
-        try:
-            accepted_policy.verify(bundle.signing_certificate)
-        except VerificationError:
-            names = ", ".join(i.signer for i in accepted)
-            raise SignatureError(
-                f"metadata.json.sigstore is signed by workflow {signer.signer} (issuer {signer.issuer}), "
-                f"which is not an accepted identity ({names}): set {IDENTITIES_ENV} or pass "
-                "sigstore_identities to accept that publisher"
-            ) from e
         raise SignatureError(
             f"metadata.json.sigstore by {signer.signer} does not verify over this metadata.json ({e}): "
             "the file was changed after signing, or the bundle signs other bytes"
         ) from e
+    for identity in accepted:
+        try:
+            identity.verify(cert)
+        except VerificationError:
+            continue
+        return replace(signer, accepted_as=identity.signer)
     return signer
+
+
+def require_accepted(signer: KeylessSigner, accepted: Sequence[WorkflowIdentity]) -> str:
+    """The accepted identity `signer` matched; SignatureError naming the signer and the policy when none."""
+    if signer.accepted_as is None:
+        names = ", ".join(i.signer for i in accepted)
+        raise SignatureError(
+            f"metadata.json.sigstore is signed by workflow {signer.signer} (issuer {signer.issuer}), which is "
+            f"not an accepted identity ({names}): set {IDENTITIES_ENV} or pass sigstore_identities to "
+            "accept that publisher"
+        )
+    return signer.accepted_as

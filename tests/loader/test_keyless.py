@@ -27,8 +27,12 @@ def root():
     return keyless.trusted_root(DATA / "trusted_root.json")
 
 
-def _verify(artifact: bytes, bundle: str, accepted: list[str], root) -> keyless.KeylessSigner:
-    return keyless.verify_bundle(artifact, (DATA / bundle).read_bytes(), keyless.identities(accepted), root)
+def _verify(artifact: bytes, bundle: str, accepted: list[str] | None, root) -> keyless.KeylessSigner:
+    """Verify and require an accepted signer, as the loader does for a variant with no other signature."""
+    identities = keyless.identities(accepted)
+    signer = keyless.verify_bundle(artifact, (DATA / bundle).read_bytes(), identities, root)
+    keyless.require_accepted(signer, identities)
+    return signer
 
 
 def test_default_identities_are_the_ones_stock_kernels_accepts():
@@ -39,24 +43,25 @@ def test_default_identities_are_the_ones_stock_kernels_accepts():
 
 def test_recorded_bundle_verifies_and_names_its_signer(root):
     signer = _verify((DATA / "a.txt").read_bytes(), "a.txt.sigstore.json", [BEACON], root)
-    assert signer.signer == BEACON and signer.issuer == keyless.GITHUB_ISSUER
+    assert signer.signer == signer.accepted_as == BEACON and signer.issuer == keyless.GITHUB_ISSUER
     assert (
         signer.repository == "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon"
     )
     # A ref pattern accepts every run of that workflow on a matching ref.
     pattern = BEACON.replace("@refs/heads/main", "@refs/heads/*")
-    assert _verify((DATA / "a.txt").read_bytes(), "a.txt.sigstore.json", [pattern], root) == signer
+    matched = _verify((DATA / "a.txt").read_bytes(), "a.txt.sigstore.json", [pattern], root)
+    assert matched.signer == BEACON and matched.accepted_as == pattern
 
 
 def test_wrong_identity_is_refused(root, monkeypatch):
     monkeypatch.delenv(keyless.IDENTITIES_ENV, raising=False)
+    # A valid signature by a publisher the policy (kernels-community's workflows) does not name.
+    signer = keyless.verify_bundle(
+        (DATA / "a.txt").read_bytes(), (DATA / "a.txt.sigstore.json").read_bytes(), keyless.identities(), root
+    )
+    assert signer.signer == BEACON and signer.accepted_as is None
     with pytest.raises(SignatureError, match="not an accepted identity") as e:
-        keyless.verify_bundle(
-            (DATA / "a.txt").read_bytes(),
-            (DATA / "a.txt.sigstore.json").read_bytes(),
-            keyless.identities(),  # kernels-community's workflows
-            root,
-        )
+        _verify((DATA / "a.txt").read_bytes(), "a.txt.sigstore.json", None, root)
     assert "kernels-community" in str(e.value) and "extremely-dangerous-oidc-beacon.yml" in str(e.value)
     # Same repository and workflow file, another ref: still refused.
     with pytest.raises(SignatureError, match="not an accepted identity"):

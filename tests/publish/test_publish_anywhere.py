@@ -129,3 +129,17 @@ def test_sigstore_without_a_ci_identity_publishes_nothing(plain_hub, user, dist,
     assert "id-token: write" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
     assert not HfApi(endpoint=plain_hub.url).repo_exists(user["repo"], repo_type="kernel")
     assert not user["key"].exists()
+
+
+def test_publish_workflow_signs_keyless_with_its_oidc_identity():
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "publish.yml").read_text())
+    job = workflow["jobs"]["publish"]
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    (step,) = [s for s in job["steps"] if "kernel-hub publish" in s.get("run", "")]
+    assert "--sigstore" in step["run"] and "--key" in step["run"]
+    # Only this job may mint an OIDC token.
+    assert workflow["permissions"] == {}
+    others = [j.get("permissions", {}) for name, j in workflow["jobs"].items() if name != "publish"]
+    assert all("id-token" not in p for p in others)
