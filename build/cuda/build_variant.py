@@ -243,8 +243,8 @@ def embed_triton(
                 )
             except embed_cubins.EmbedError as exc:
                 raise CudaBuildError(str(exc)) from None
-            how = [f"{verb} {arch}: {', '.join(kernels)}" for verb in ("compiled", "reused")
-                   for arch, kernels in rows[verb].items()]  # fmt: skip
+            how = [f"{verb} {arch}: {', '.join(roles)}" for verb in ("compiled", "reused")
+                   for arch, roles in rows[verb].items()]  # fmt: skip
             note = f"Triton {rows['triton']} cubins ({'; '.join(how)})"
     try:
         summary = embed_cubins.write_sources(gen, package_dir, rows, cuobjdump, note)

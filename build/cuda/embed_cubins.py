@@ -32,10 +32,12 @@ LAUNCH_SIGNATURES = {
     "linear_kernel": "ptr ptr ptr ptr i32 i32:16 i32:16 i32:16 i32:16 i32:16",
     "gate_up_kernel": "ptr ptr ptr ptr i32 i32:16 i32:16 i32:16 i32:16 i32:16 i32:16",
     "act_and_mul_kernel": "ptr ptr ptr i32:16",
+    "tma_gemm_kernel": "ptr ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
+    "tma_gate_up_kernel": "ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
 }
 STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2}
 OP_CODES = {"linear": 0, "mlp": 1, "gated_mlp": 2, "act_and_mul": 3}  # -1 in a row: every op
-IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3}
+IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3, "tma": 4}
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"
 BLOB = "cubins.bin"
@@ -63,10 +65,10 @@ def load_paths(package_dir: Path):
     return module
 
 
-def wanted_kernels(paths, archs: list[str]) -> dict[str, list[str]]:
-    """arch -> sorted Triton kernel names the path table runs there (archs with none are left out)."""
+def wanted_kernels(paths, archs: list[str]) -> dict[str, list[list[str]]]:
+    """arch -> sorted [kernel, role] pairs whose cubins the build embeds there (archs with none are left out)."""
     per_arch = paths.triton_archs()
-    return {a: sorted(per_arch[a]) for a in archs if per_arch.get(a)}
+    return {a: sorted([k, r] for k, r in per_arch[a]) for a in archs if per_arch.get(a)}
 
 
 _ROWS_SCRIPT = """
@@ -74,28 +76,31 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from fused_mlp.triton import aot_build as aot
+from fused_mlp.triton.configs import WAVE_FILL
 want = json.loads(sys.argv[2])
 own, reuse, dtypes = Path(sys.argv[3]), sys.argv[4], tuple(sys.argv[5].split(","))
 triton = __import__("triton").__version__
 defs = aot.kernel_defs()
-out = {"triton": triton, "rows": [], "params": {}, "compiled": {}, "reused": {}}
-for arch, kernels in want.items():
+out = {"triton": triton, "wave_fill": WAVE_FILL, "rows": [], "params": {}, "compiled": {}, "reused": {}}
+for arch, pairs in want.items():
     have = Path(reuse) / triton / arch if reuse else None
-    for kernel in kernels:
-        rows = [r for r in aot.shipped_rows(arch, dtypes) if r.spec.kernel == kernel]
+    for kernel, role in pairs:
+        rows = [r for r in aot.shipped_rows(arch, dtypes) if r.spec.kernel == kernel and r.role == role]
+        if not rows:  # the arch's tables ship nothing for this role (e.g. no Hopper kernels there)
+            continue
         if have is not None and all((have / (r.spec.file_stem() + ".cubin")).is_file() for r in rows):
             folder = have
-            out["reused"].setdefault(arch, []).append(kernel)
+            out["reused"].setdefault(arch, []).append(role)
         else:
-            aot.compile_all(own, arch, dtypes=dtypes, kernels=[kernel])
+            aot.compile_specs(list(dict.fromkeys(r.spec for r in rows)), arch, own / triton / arch)
             folder = own / triton / arch
-            out["compiled"].setdefault(arch, []).append(kernel)
+            out["compiled"].setdefault(arch, []).append(role)
         out["params"][kernel] = " ".join(kind for _, kind in defs[kernel].params)
         for row in rows:
             s = row.spec
             out["rows"].append({"arch": arch, "dir": str(folder), "stem": s.file_stem(), "kernel": kernel,
-                                "dtype": s.dtype, "act": row.act, "has_bias": row.has_bias, "max_rows": row.max_rows,
-                                "consts": dict(zip(defs[kernel].constexprs, s.consts))})
+                                "role": role, "dtype": s.dtype, "act": row.act, "has_bias": row.has_bias,
+                                "max_rows": row.max_rows, "consts": dict(zip(defs[kernel].constexprs, s.consts))})
 print(json.dumps(out))
 """
 
@@ -110,10 +115,11 @@ def aot_rows(
     dtypes: tuple[str, ...] = ("bf16", "fp16"),
     env: dict[str, str] | None = None,
 ) -> dict:
-    """Cubins of the `want` kernels per arch, with `python`'s Triton: a kernel's are taken from
+    """Cubins of the `want` [kernel, role] pairs per arch, with `python`'s Triton: a role's are taken from
     `reuse`/<triton>/<arch>/ when it holds every one (compile_all's layout, e.g. the torch-cuda variant's
-    cubins of the same build), else compiled into own_root. Returns {"triton", "rows": [...], "params",
-    "compiled": {arch: kernels}, "reused": {arch: kernels}} for write_sources."""
+    cubins of the same build), else compiled into own_root; a role the arch ships no rows for is skipped.
+    Returns {"triton", "wave_fill", "rows": [...], "params", "compiled": {arch: roles}, "reused": {arch:
+    roles}} for write_sources."""
     env = {k: v for k, v in (env or os.environ).items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DISABLE_LINE_INFO", "1")  # line info embeds the staging path: not reproducible
     cmd = [python, "-c", _ROWS_SCRIPT, str(Path(package_dir).parent), json.dumps(want), str(own_root),
@@ -168,8 +174,10 @@ def path_rows(paths) -> list[tuple[int, int, int, int, int, int]]:
     return rows
 
 
-def _step_of(paths, kernel: str) -> int:
-    return STEP_CODES[next(s for s, k in paths.TRITON_KERNELS.items() if k == kernel)]
+def _step_impl_of(paths, kernel: str, role: str) -> tuple[int, int]:
+    """(step, implementation) codes of the path table entry that runs `kernel` in `role`."""
+    step, impl = next(key for key, value in paths.TRITON_KERNELS.items() if tuple(value) == (kernel, role))
+    return STEP_CODES[step], IMPL_CODES[impl]
 
 
 def write_sources(
@@ -206,9 +214,11 @@ def write_sources(
         off, size = offsets[row["stem"]]
         c = row["consts"]
         block_n = c.get("BN", c.get("BLOCK", 0))
+        step, impl = _step_impl_of(paths, row["kernel"], row["role"])
         entries.append(
-            f'  {{"{meta["name"]}", {_step_of(paths, row["kernel"])}, {_cc(row["arch"])}, {DTYPE_CODES[row["dtype"]]}, '
-            f"{row['act']}, {int(row['has_bias'])}, {-1 if row['max_rows'] is None else row['max_rows']}, "
+            f'  {{"{meta["name"]}", {step}, {impl}, {_cc(row["arch"])}, {DTYPE_CODES[row["dtype"]]}, '
+            f"{row['act']}, {int(row['has_bias'])}, {int(bool(c.get('STORE_GU', False)))}, "
+            f"{-1 if row['max_rows'] is None else row['max_rows']}, "
             f"{c.get('BM', 0)}, {block_n}, {c.get('BK', 0)}, {meta['num_warps']}, {meta.get('num_ctas', 1)}, "
             f"{meta['shared']}, {meta.get('global_scratch_size', 0)}, {meta.get('global_scratch_align', 1)}, "
             f"{int(bool(meta.get('launch_pdl')))}, {off}ull, {size}ull}},"
@@ -239,8 +249,12 @@ def write_sources(
     lines += [
         f'const char kTritonVersion[] = "{version}";',
         f"const int kNumTritonCubins = {len(entries)};",
+        f"const double kWaveFill = {float((aot or {}).get('wave_fill', 1.0))!r};",
         "const TritonCubin kTritonCubins[] = {",
-        *(entries or ['  {"", -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull},  // none embedded']),
+        *(
+            entries
+            or ['  {"", -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull},  // none embedded']
+        ),
         "};",
         "const PathRow kPathRows[] = {",
         *(f"  {{{', '.join(str(v) for v in row)}}}," for row in path_rows(paths)),

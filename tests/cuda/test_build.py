@@ -36,7 +36,7 @@ def built(tmp_path_factory):
     matrix = tomllib.loads((REPO / "build" / "matrix.toml").read_text())
     # One kernel's cubins compiled beforehand, as the Triton variant of the same build would have them:
     # the recipe must reuse those and compile the rest.
-    pre = {"sm_90a": ["act_and_mul_kernel"]}
+    pre = {"sm_90a": [["act_and_mul_kernel", "act_and_mul"]]}
     embed_cubins.aot_rows(package, sys.executable, pre, root / "pre", dtypes=("bf16",))
     so = build_variant.build_cuda_variant(
         package,
@@ -64,8 +64,8 @@ def test_extension_is_placed_with_passing_checks(built):
     embedded = record["triton"]
     assert embedded["version"] == triton.__version__ and embedded["archs"] == ["sm_90a"], embedded
     assert embedded["cubins"] > 0 and embedded["entries"] >= embedded["cubins"], embedded
-    assert "compiled sm_90a: gate_up_kernel, linear_kernel" in embedded["note"], embedded
-    assert "reused sm_90a: act_and_mul_kernel" in embedded["note"], embedded
+    assert "compiled sm_90a: gate_up, linear, tma_gate_up, tma_linear" in embedded["note"], embedded
+    assert "reused sm_90a: act_and_mul" in embedded["note"], embedded
 
 
 def test_wheel_is_abi3_manylinux_2_28_without_bundled_libraries(built):
@@ -91,8 +91,10 @@ assert not ok and "CUDA device" in why, why
 ns = _library.load()
 assert ns is torch.ops.{NAMESPACE}
 for name in ("cuda_linear", "cuda_mlp", "cuda_gated_mlp", "cuda_act_and_mul", "cuda_mlp_backward",
-             "cuda_mlp_infer", "cuda_gated_mlp_infer"):
+             "cuda_mlp_infer", "cuda_gated_mlp_infer", "cuda_mlp_train", "cuda_gated_mlp_train"):
     assert getattr(ns, name).default._schema.name == "{NAMESPACE}::" + name
+from fused_mlp.cuda import _autograd
+_autograd.Functions(ns)  # binds every raw entry the eager training path calls
 info = json.loads(ns.cuda_build_info(0))
 assert info["entries"] == {embedded["entries"]}, info
 assert info["triton"] == "{embedded["version"]}" and info["sm"] == 0, info  # no GPU: the default rows
@@ -101,6 +103,9 @@ assert info["paths"]["gated_mlp/gate_up"][-1] == [8192, "split", "split"], info
 x = torch.empty(3, 5, 64, device="meta", dtype=torch.bfloat16)
 ws = [torch.empty(32, 64, device="meta", dtype=torch.bfloat16), torch.empty(8, 32, device="meta", dtype=torch.bfloat16)]
 assert ns.cuda_mlp_infer(x, ws, [], "relu").shape == (3, 5, 8)
+wg = torch.empty(48, 64, device="meta", dtype=torch.bfloat16)
+y, h, gu = ns.cuda_gated_mlp_train(x, wg, wg, torch.empty(64, 48, device="meta", dtype=torch.bfloat16), "silu")
+assert (y.shape, h.shape, gu.shape) == ((3, 5, 64), (3, 5, 48), (2, 15, 48)), (y.shape, h.shape, gu.shape)
 try:
     ops.mlp(torch.randn(4, 8), [torch.randn(8, 8)])
 except RuntimeError as exc:

@@ -207,8 +207,10 @@ def test_cpu_tensor_is_refused_clearly():
 NS = getattr(torch.ops, OPS_NAMESPACE) if OK else None
 IMPL_CASES = (
     ("linear", "triton"),
+    ("linear", "tma"),
     ("linear", "cublaslt"),
     ("gate_up", "triton"),
+    ("gate_up", "tma"),
     ("gate_up", "split"),
     ("act_and_mul", "triton"),
     ("act_and_mul", "cuda"),
@@ -294,6 +296,12 @@ def test_inference_and_autograd_ops_agree_bit_for_bit():
         NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu"), NS.cuda_gated_mlp(x, wg, wu, wd, "silu")[0]
     )
     assert NS.cuda_mlp_infer(x, ws, bs, "gelu").shape == (3, 7, 64)
+    y, h, gu = NS.cuda_gated_mlp_train(x, wg, wu, wd, "silu")
+    assert torch.equal(y, NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu")) and gu.shape == (2, 21, 192)
+    g64, u64 = (x.double().reshape(21, 128) @ w.double().T for w in (wg, wu))
+    assert_close(gu[0], g64, d, "saved g")
+    assert_close(gu[1], u64, d, "saved u")
+    assert_close(h.reshape(21, 192), torch.nn.functional.silu(g64) * u64, d, "saved h")
 
 
 def test_opcheck_inference_ops():
@@ -314,8 +322,18 @@ def test_opcheck_inference_ops():
         (NS.cuda_mlp_infer, (x, [w1, w2], [], "silu")),
         (NS.cuda_gated_mlp_infer, (x, wg, wu, wd, "gelu_tanh")),
         (NS.cuda_act_and_mul_infer, (g, u, "silu")),
+        (NS.cuda_mlp_train, (x, [w1, w2], [b1, b2], "relu")),
+        (NS.cuda_gated_mlp_train, (x, wg, wu, wd, "silu")),
     ]:
         torch.library.opcheck(op, args, test_utils=utils)
+    y, h, gu = NS.cuda_gated_mlp_train(x, wg, wu, wd, "silu")
+    dy = randn(*y.shape, dtype=d, device=DEV)
+    torch.library.opcheck(
+        NS.cuda_gated_mlp_backward, (dy, None, x, wg, wu, wd, h, gu, "silu"), test_utils=utils
+    )
+    outs = NS.cuda_mlp_train(x, [w1, w2], [b1, b2], "gelu")
+    torch.library.opcheck(NS.cuda_mlp_backward, (randn(5, 32, dtype=d, device=DEV), [], x, [w1, w2], [b1, b2],
+                                                 list(outs), "gelu"), test_utils=utils)  # fmt: skip
 
 
 def test_compile_inference_fullgraph_no_recompile_across_batch_sizes():
@@ -438,3 +456,94 @@ print("rel", ((y.double() - want).norm() / want.norm()).item())
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(proc.stdout.split("rel")[-1]) <= TOL[torch.bfloat16], proc.stdout
+
+
+# ---- training: eager autograd.Function path, saved (g, u), every gate_up implementation ---------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl", ("tma", "triton", "split"))
+def test_gated_training_every_gate_up_implementation(dtype, impl):
+    """Forward + backward of gated_mlp with gate_up forced (the training forward stores (g, u): tma from its
+    epilogue, split from its GEMMs; the portable kernel cannot, so it runs split), against float64: M=1, a
+    3-D input, dims TMA cannot address (45, 77: the fallback), more rows than one persistent wave."""
+    with forced("gate_up", impl):
+        cases = (((1, 64), 64, 128), ((3, 33, 72), 72, 200), ((19, 45), 45, 77), ((1100, 128), 128, 256))
+        for shape, hidden, inter in cases:
+            x = randn(*shape[:-1], hidden, dtype=dtype, device=DEV, grad=True)
+            wg, wu = (
+                randn(inter, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5, grad=True) for _ in range(2)
+            )
+            wd = randn(hidden, inter, dtype=dtype, device=DEV, scale=inter**-0.5, grad=True)
+            out = ops.gated_mlp(x, wg, wu, wd, "gelu_tanh")
+            p64 = as64(x, wg, wu, wd)
+            expected = ref.gated_mlp(*p64, "gelu_tanh")
+            assert_close(out, expected, dtype, f"gated train gate_up={impl} {shape}x{inter}")
+            check_grads(out, (x, wg, wu, wd), expected, p64, dtype, f"gated train gate_up={impl} {shape}")
+
+
+@pytest.mark.parametrize("activation", ("relu", "gelu_tanh", "none"))
+def test_mlp_training_eager_and_registered_paths_agree(activation):
+    """The eager autograd.Function path and the registered op (what torch.compile differentiates) give the
+    same gradients, bit for bit, and match float64; biases on some layers only."""
+    d = torch.bfloat16
+    x = randn(37, 64, dtype=d, device=DEV, grad=True)
+    ws = [
+        randn(o, i, dtype=d, device=DEV, scale=i**-0.5, grad=True) for i, o in ((64, 96), (96, 48), (48, 32))
+    ]
+    bs = [randn(96, dtype=d, device=DEV, grad=True), None, randn(32, dtype=d, device=DEV, grad=True)]
+    upstream = randn(37, 32, dtype=d, device=DEV)
+    leaves = [x, *ws, bs[0], bs[2]]
+    eager = torch.autograd.grad(ops.mlp(x, ws, bs, activation), leaves, upstream)
+    dense = [bs[0], torch.zeros(48, dtype=d, device=DEV), bs[2]]
+    registered = torch.autograd.grad(NS.cuda_mlp(x, ws, dense, activation)[-1], leaves, upstream)
+    for a, b in zip(eager, registered):
+        assert torch.equal(a, b)
+    p64 = as64(*leaves)
+    want = ref.mlp(p64[0], p64[1:4], [p64[4], None, p64[5]], activation)
+    flips = activation == "relu"
+    eager_ref = ref.mlp(x, ws, bs, activation) if flips else None
+    check_grads(ops.mlp(x, ws, bs, activation), leaves, want, p64, d, f"mlp train {activation}", eager_ref)
+
+
+def test_compile_gated_training_fullgraph_no_recompile():
+    """torch.compile differentiates the registered gated op (saved (g, u) are not differentiable)."""
+    torch._dynamo.reset()
+    d = torch.bfloat16
+    wg, wu = (randn(256, 128, dtype=d, device=DEV, scale=0.1, grad=True) for _ in range(2))
+    wd = randn(128, 256, dtype=d, device=DEV, scale=0.06, grad=True)
+    compiled = torch.compile(lambda x: ops.gated_mlp(x, wg, wu, wd, "silu"), fullgraph=True, dynamic=True)
+    try:
+        for rows in (8, 300, 1100):
+            x = randn(rows, 128, dtype=d, device=DEV, grad=True)
+            out = compiled(x)
+            p64 = as64(x, wg, wu, wd)
+            expected = ref.gated_mlp(*p64, "silu")
+            assert_close(out, expected, d, f"compiled gated M={rows}")
+            check_grads(out, (x, wg, wu, wd), expected, p64, d, f"compiled gated M={rows}")
+            torch._dynamo.config.error_on_recompile = True
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+
+
+def test_disable_switch_takes_the_fallback():
+    """FUSED_MLP_CUDA_DISABLE=tma: the path table's tma rows report and run their step's fallback."""
+    import json
+    import os
+    import subprocess
+
+    code = """
+import json, torch
+from fused_mlp.cuda import _library
+ns = _library.load()
+info = json.loads(ns.cuda_build_info(0))
+print("GATE_UP", json.dumps(info["paths"]["gated_mlp/gate_up"]))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "FUSED_MLP_CUDA_DISABLE": "tma"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.split("GATE_UP")[-1])
+    assert all("tma" not in (eager, graph) for _, eager, graph in rows), rows
+    normal = json.loads(NS.cuda_build_info(0))["paths"]["gated_mlp/gate_up"]
+    assert any("tma" in r for r in normal) == (torch.cuda.get_device_capability() == (9, 0)), normal

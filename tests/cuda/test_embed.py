@@ -19,10 +19,12 @@ PATHS = embed_cubins.load_paths(PACKAGE)
 
 
 def test_path_table_is_well_formed():
-    assert set(PATHS.STEPS) == set(PATHS.IMPLS) == set(PATHS.FALLBACK) == set(PATHS.TRITON_KERNELS)
+    assert set(PATHS.STEPS) == set(PATHS.IMPLS) == set(PATHS.FALLBACK) == {s for s, _ in PATHS.TRITON_KERNELS}
     assert set(PATHS.IMPLS) == set(embed_cubins.STEP_CODES)
     for step, impl in PATHS.FALLBACK.items():
-        assert impl in PATHS.IMPLS[step] and impl != "triton", (step, impl)
+        assert impl in PATHS.IMPLS[step] and (step, impl) not in PATHS.TRITON_KERNELS, (step, impl)
+    for (step, impl), (kernel, role) in PATHS.TRITON_KERNELS.items():
+        assert impl in PATHS.IMPLS[step] and kernel in embed_cubins.LAUNCH_SIGNATURES, (step, impl, kernel)
     assert "default" in PATHS.PATHS and set(PATHS.OPS) == set(embed_cubins.OP_CODES)
     for table in (PATHS.PATHS, PATHS.GRAPH_PATHS):
         for arch, keys in table.items():
@@ -36,14 +38,24 @@ def test_path_table_is_well_formed():
                 assert bounds == sorted(bounds), f"{arch} {key}: bounds must grow"
                 assert all(impl in PATHS.IMPLS[step] for _, impl in rows), (arch, key, rows)
     assert all(i in embed_cubins.IMPL_CODES for impls in PATHS.IMPLS.values() for i in impls)
-    assert "triton" not in {i for rows in PATHS.PATHS["default"].values() for _, i in rows}
+    default = {i for rows in PATHS.PATHS["default"].values() for _, i in rows}
+    assert not default & {impl for _, impl in PATHS.TRITON_KERNELS}, default
+
+
+def test_every_triton_role_is_shipped_for_sm_90a():
+    """The roles the build embeds for sm_90a (all of TRITON_KERNELS, so `cuda_set_path` can force each in
+    tests and bench_paths) are roles its AOT build ships; an arch without Hopper tables skips the tma ones."""
+    from fused_mlp.triton import aot_build
+
+    shipped = {(r.spec.kernel, r.role) for r in aot_build.shipped_rows("sm_90a", ("bf16",))}
+    assert PATHS.triton_archs()["sm_90a"] == set(PATHS.TRITON_KERNELS.values()) <= shipped
 
 
 def test_launcher_arguments_match_the_triton_kernels():
     from fused_mlp.triton import aot_build
 
     defs = aot_build.kernel_defs()
-    for kernel in PATHS.TRITON_KERNELS.values():
+    for kernel, _ in PATHS.TRITON_KERNELS.values():
         kinds = " ".join(kind for _, kind in defs[kernel].params)
         assert embed_cubins.LAUNCH_SIGNATURES[kernel] == kinds, kernel
         embed_cubins.check_signature(kernel, kinds, [8 if k == "ptr" else 4 for k in kinds.split()] + [8, 8])
@@ -86,15 +98,16 @@ def test_without_cubins_only_the_path_table_is_written(tmp_path):
 
 def test_real_cubin_parameters_and_generated_table(tmp_path):
     """One kernel compiled for sm_90a by the real Triton compiler (~5 s), then embedded."""
-    want = {"sm_90a": ["act_and_mul_kernel"]}
+    want = {"sm_90a": [["act_and_mul_kernel", "act_and_mul"]]}
+    roles = {"sm_90a": ["act_and_mul"]}
     rows = embed_cubins.aot_rows(PACKAGE, sys.executable, want, tmp_path / "cubins", dtypes=("bf16",))
-    assert rows["compiled"] == want and not rows["reused"] and len(rows["rows"]) == 5, (
+    assert rows["compiled"] == roles and not rows["reused"] and len(rows["rows"]) == 5, (
         rows
     )  # one per activation
     again = embed_cubins.aot_rows(
         PACKAGE, sys.executable, want, tmp_path / "unused", reuse=tmp_path / "cubins", dtypes=("bf16",)
     )
-    assert again["reused"] == want and not again["compiled"] and not (tmp_path / "unused").exists(), again
+    assert again["reused"] == roles and not again["compiled"] and not (tmp_path / "unused").exists(), again
     import triton
 
     cuobjdump = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
@@ -109,7 +122,9 @@ def test_real_cubin_parameters_and_generated_table(tmp_path):
     )
     source = (tmp_path / "gen" / embed_cubins.GEN_SOURCE).read_text()
     blob = (tmp_path / "gen" / embed_cubins.BLOB).read_bytes()
-    entries = re.findall(r'\{"act_and_mul_kernel", 2, 90, 0, (\d), 0, -1, .*, (\d+)ull, (\d+)ull\}', source)
+    entries = re.findall(
+        r'\{"act_and_mul_kernel", 2, 0, 90, 0, (\d), 0, 0, -1, .*, (\d+)ull, (\d+)ull\}', source
+    )
     assert sorted(int(act) for act, _, _ in entries) == [0, 1, 2, 3, 4]
     for _, offset, size in entries:
         assert int(offset) % 128 == 0 and blob[int(offset) : int(offset) + 4] == b"\x7fELF"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from torch import Tensor
 
 
@@ -23,16 +25,22 @@ def mlp(x: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str)
     return [_rows_like(x, w.shape[0]) for w in weights]
 
 
-def mlp_backward(grads, x, weights, biases, outputs, activation) -> list[Tensor]:
+def mlp_backward(grad, hidden_grads, x, weights, biases, outputs, activation) -> list[Tensor]:
     dbs = [w.new_empty(w.shape[0] if biases else 0) for w in weights]
     return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in weights], *dbs]
 
 
 def gated_mlp(x, w_gate, w_up, w_down, activation) -> list[Tensor]:
-    return [_rows_like(x, w_down.shape[0]), _rows_like(x, w_gate.shape[0])]
+    """[y, h, gu]: gu = the (g, u) pre-activation planes [2, rows, I]."""
+    inter = w_gate.shape[0]
+    return [
+        _rows_like(x, w_down.shape[0]),
+        _rows_like(x, inter),
+        x.new_empty((2, math.prod(x.shape[:-1]), inter)),
+    ]
 
 
-def gated_mlp_backward(grad, grad_h, x, w_gate, w_up, w_down, h, activation) -> list[Tensor]:
+def gated_mlp_backward(grad, grad_h, x, w_gate, w_up, w_down, h, gu, activation) -> list[Tensor]:
     return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in (w_gate, w_up, w_down)]]
 
 
@@ -58,9 +66,11 @@ FAKES = {
     "cuda_linear_backward": linear_backward,
     "cuda_mlp": mlp,
     "cuda_mlp_infer": mlp_infer,
+    "cuda_mlp_train": mlp,
     "cuda_mlp_backward": mlp_backward,
     "cuda_gated_mlp": gated_mlp,
     "cuda_gated_mlp_infer": gated_mlp_infer,
+    "cuda_gated_mlp_train": gated_mlp,
     "cuda_gated_mlp_backward": gated_mlp_backward,
     "cuda_act_and_mul": act_and_mul,
     "cuda_act_and_mul_infer": act_and_mul,

@@ -1,9 +1,11 @@
 """Loads `_C.abi3.so` into torch.ops.<OPS_NAMESPACE> and registers its fake kernels and autograd.
 
-The C++ side defines the ops (`cuda_linear`, `cuda_mlp`, ..., their `*_infer` inference forms and the
-`*_backward` helpers) through the torch stable ABI; this module adds what torch.compile and autograd need
-in Python. The `*_infer` ops get fakes but no autograd, so an inference call never enters Python autograd
-code. Backward ops recompute pre-activations instead of keeping them from forward.
+The C++ side defines the ops (`cuda_linear`, `cuda_mlp`, ..., their `*_infer` inference forms, the `*_train`
+forwards of eager training and the `*_backward` helpers) through the torch stable ABI; this module adds what
+torch.compile and autograd need in Python. The `*_infer` and `*_train` ops get fakes but no autograd, so
+their calls never enter Python autograd kernels (eager training wraps them in autograd.Functions,
+_autograd.py). The gated MLP keeps its pre-activations (g, u) from the forward; the MLP's backward recomputes
+pre-activations other than relu's.
 """
 
 from __future__ import annotations

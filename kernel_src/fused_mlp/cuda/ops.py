@@ -1,9 +1,12 @@
 """The CUDA backend's public ops (the module `fused_mlp` selects as its backend): one C++ op call per
 public call, which checks, allocates and launches everything (kernel_src/fused_mlp/cuda/csrc/ops.cu).
 
-Each call takes one of three paths:
-- autograd must record it (grad enabled and an input requires grad): the registered op with its Python
-  autograd formula (_autograd.py), returning what backward needs;
+Each call takes one of four paths:
+- autograd must record it (grad enabled and an input requires grad), eagerly: a torch.autograd.Function
+  (_autograd.Functions) whose forward and backward each make one raw C++ op call (no Python autograd kernel
+  in the dispatcher: the registered-op path cost hundreds of µs of host time per training step);
+- autograd must record it under torch.compile tracing: the registered op with its autograd formula, which
+  the compiler differentiates;
 - inference under torch.compile tracing: the `*_infer` op, which the compiler sees as one opaque op with
   a fake kernel;
 - inference otherwise: the `*_infer` op through its raw C++ entry point (no Python dispatch frame, and no
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from ..reference import ACTIVATIONS, normalize_biases
-from . import _library
+from . import _autograd, _library
 
 __all__ = ["act_and_mul", "gated_mlp", "linear", "mlp"]
 
@@ -39,6 +42,7 @@ class _Ops:
         # OpOverload.__call__ is one Python frame around this C++ callable; inference calls it directly.
         self.raw_linear, self.raw_mlp = self.linear_infer._op, self.mlp_infer._op
         self.raw_gated_mlp, self.raw_act_and_mul = self.gated_mlp_infer._op, self.act_and_mul_infer._op
+        self.train = _autograd.Functions(ns)
 
 
 _OPS: _Ops | None = None
@@ -71,7 +75,9 @@ def linear(
     if _grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     ):
-        return o.linear(x, weight, bias, activation)
+        if _is_compiling():
+            return o.linear(x, weight, bias, activation)
+        return o.train.linear(x, weight, bias, activation)
     if _is_compiling():
         return o.linear_infer(x, weight, bias, activation)
     return o.raw_linear(x, weight, bias, activation)
@@ -89,7 +95,10 @@ def mlp(
     o = _OPS or _ops()
     bs = () if biases is None else biases
     if _grad_enabled() and _any_requires_grad(x, weights, bs):
-        return o.mlp(x, list(weights), _dense_biases(weights, biases), activation)[-1]
+        dense = _dense_biases(weights, biases)
+        if _is_compiling():
+            return o.mlp(x, list(weights), dense, activation)[-1]
+        return o.train.mlp(x, activation, len(weights), *weights, *dense)
     if _is_compiling():
         return o.mlp_infer(x, list(weights), _dense_biases(weights, biases), activation)
     try:
@@ -134,7 +143,9 @@ def gated_mlp(
     if _grad_enabled() and (
         x.requires_grad or w_gate.requires_grad or w_up.requires_grad or w_down.requires_grad
     ):
-        return o.gated_mlp(x, w_gate, w_up, w_down, activation)[0]
+        if _is_compiling():
+            return o.gated_mlp(x, w_gate, w_up, w_down, activation)[0]
+        return o.train.gated_mlp(x, w_gate, w_up, w_down, activation)
     if _is_compiling():
         return o.gated_mlp_infer(x, w_gate, w_up, w_down, activation)
     return o.raw_gated_mlp(x, w_gate, w_up, w_down, activation)
@@ -146,7 +157,9 @@ def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.
         _refuse("act_and_mul", gate, activation)
     o = _OPS or _ops()
     if _grad_enabled() and (gate.requires_grad or up.requires_grad):
-        return o.act_and_mul(gate, up, activation)
+        if _is_compiling():
+            return o.act_and_mul(gate, up, activation)
+        return o.train.act_and_mul(gate, up, activation)
     if _is_compiling():
         return o.act_and_mul_infer(gate, up, activation)
     return o.raw_act_and_mul(gate, up, activation)

@@ -7,9 +7,13 @@ kernels in C++ with no Python per kernel. Stdlib only: the build reads it withou
 Steps: `linear` (every GEMM with a bias/activation epilogue: `linear`, each `mlp` layer, the gated
 down projection), `gate_up` (the gated MLP's act(x W_g^T) * (x W_u^T)), `act_and_mul`.
 Implementations:
-- `triton`: our Triton kernel, compiled ahead of time for the arch (fused epilogue; launched with
+- `triton`: our portable Triton kernel, compiled ahead of time for the arch (fused epilogue; launched with
   programmatic dependent launch where its config says so). bf16/fp16, 16-byte aligned operands, sizes
   the cubin was specialised for; any other call takes the step's fallback.
+- `tma`: our Hopper Triton kernel (fused_mlp/triton/hopper.py: TMA + wgmma, persistent grid of one program
+  per SM, tile alternatives by last-wave fill), for archs whose Triton tables ship it (sm_90a). bf16/fp16,
+  16-byte aligned bases and row strides (K, N multiples of 8); else the step's fallback. Its `gate_up`
+  also stores the pre-activations (g, u) for backward in one pass (training forward).
 - `cublaslt`: a cuBLASLt GEMM with the bias/relu/gelu_tanh epilogue (gelu and silu: one more kernel).
 - `split`: gate_up as two `linear` steps (gate, up) into scratch, then the `act_and_mul` step.
 - `cuda`: the CUDA C++ elementwise act_and_mul kernel.
@@ -33,13 +37,22 @@ from __future__ import annotations
 STEPS = ("linear", "gate_up", "act_and_mul")
 OPS = ("linear", "mlp", "gated_mlp", "act_and_mul")
 IMPLS = {
-    "linear": ("triton", "cublaslt"),
-    "gate_up": ("triton", "split"),
+    "linear": ("triton", "tma", "cublaslt"),
+    "gate_up": ("triton", "tma", "split"),
     "act_and_mul": ("triton", "cuda"),
 }
 FALLBACK = {"linear": "cublaslt", "gate_up": "split", "act_and_mul": "cuda"}
-# The Triton kernel (fused_mlp.triton) behind each step's "triton" implementation.
-TRITON_KERNELS = {"linear": "linear_kernel", "gate_up": "gate_up_kernel", "act_and_mul": "act_and_mul_kernel"}
+# The Triton kernel (fused_mlp.triton) and its shipped role (aot_build.ShippedRow.role) behind each
+# (step, implementation) that runs Triton cubins. The build embeds every one of them that the arch's AOT
+# build ships, for every arch with rows of its own here, so `cuda_set_path` can force any of them
+# (tests, bench/bench_paths.py) even where the table does not choose it.
+TRITON_KERNELS = {
+    ("linear", "triton"): ("linear_kernel", "linear"),
+    ("linear", "tma"): ("tma_gemm_kernel", "tma_linear"),
+    ("gate_up", "triton"): ("gate_up_kernel", "gate_up"),
+    ("gate_up", "tma"): ("tma_gate_up_kernel", "tma_gate_up"),
+    ("act_and_mul", "triton"): ("act_and_mul_kernel", "act_and_mul"),
+}
 
 Rows = tuple[tuple[int | None, str], ...]
 
@@ -50,11 +63,12 @@ PATHS: dict[str, dict[str, Rows]] = {
     # its host time (GPU 17.7) while Triton's host is ~25 and its GPU 21.3; from M=4096 GPU-bound (cuBLASLt
     # 44.1 vs 55.8). gate_up: fused Triton one launch, GPU 14-17 vs split 16-19 to M=256, even at
     # 1024-4096 (34.8/34.5, 112.0/111.0), split at 8192 (216.0 vs 223.3). act_and_mul: CUDA 1.8-2.7 vs
-    # Triton 2.6-2.8 to M=256 (wall equal), Triton from 1024 (8192: 37.2 vs 40.0).
+    # Triton 2.6-2.8 to M=256 (wall equal), Triton from 1024 (8192: 37.2 vs 40.0). gate_up above 256 rows:
+    # the Hopper kernel, GPU-bound there (numbers under GRAPH_PATHS).
     "sm_90a": {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
-        "gate_up": ((4096, "triton"), (None, "split")),
+        "gate_up": ((256, "triton"), (None, "tma")),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
@@ -68,9 +82,14 @@ PATHS: dict[str, dict[str, Rows]] = {
 GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # H200, GPU µs in a graph (same sweep): linear Triton only at M=1 (24.1 vs 28.3 summed; PDL hides its
     # launch), cuBLASLt from 16 (18.6 vs 21.7) to 8192 (132.3 vs 177.7); gate_up fused Triton to M=256.
+    # gate_up from 257 rows (both tables): the Hopper kernel, as the Triton variant's tables (configs.TMA_GATE_UP,
+    # bench/tune_gemm.py on the H200): gate|up 8192x(2x3072)x768 133.4 µs vs the portable kernel's 167.2 and
+    # split's ~160 (two cuBLASLt GEMMs + act_and_mul); 24.0 vs 25.0 at 1024 rows; training (also storing g,
+    # u) 153.4. The linear Hopper kernel loses to cuBLASLt on every measured shape (8192x1024x1024: 29.5 vs
+    # 26.5; 8192x768x3072: 58.5 vs 52.1), so no row picks it; bench_paths.py measures it from C++ too.
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
-        "gate_up": ((256, "triton"), (None, "split")),
+        "gate_up": ((256, "triton"), (None, "tma")),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
 }
@@ -82,14 +101,8 @@ def split_key(key: str) -> tuple[str | None, str]:
     return op or None, step
 
 
-def triton_archs() -> dict[str, set[str]]:
-    """arch -> the Triton kernel names its rows use in either table (the cubins the build embeds for it)."""
-    out: dict[str, set[str]] = {}
-    for table in (PATHS, GRAPH_PATHS):
-        for arch, keys in table.items():
-            if arch == "default":
-                continue
-            for key, rows in keys.items():
-                if any(impl == "triton" for _, impl in rows):
-                    out.setdefault(arch, set()).add(TRITON_KERNELS[split_key(key)[1]])
-    return out
+def triton_archs() -> dict[str, set[tuple[str, str]]]:
+    """arch -> the (kernel, role) pairs of TRITON_KERNELS, for every arch with rows of its own in either table
+    (the cubins the build embeds for it, where the arch's AOT build ships that role)."""
+    archs = {arch for table in (PATHS, GRAPH_PATHS) for arch in table if arch != "default"}
+    return {arch: set(TRITON_KERNELS.values()) for arch in sorted(archs)}

@@ -4,11 +4,16 @@
 // One host call per public op does everything: checks, planning (steps.h: path table, cached cuBLASLt
 // plans), one output allocation plus one scratch allocation through the C shim, and every launch.
 // `*_infer` ops are the inference forms (no autograd registered, intermediates in scratch, only the
-// result returned); the others return what backward needs. Backward recomputes pre-activations.
+// result returned); the others return what backward needs (the gated MLP's pre-activations g, u from the
+// same pass; the MLP's layer outputs). `*_train` are the same forwards without autograd registered: the
+// Python autograd.Function of eager training calls them (no Python autograd kernel in the dispatcher).
+// Each backward is one op: every GEMM planned first (cached cuBLASLt plans, one shared workspace), one
+// scratch allocation for the intermediates, the outputs, then every launch.
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,17 +110,6 @@ class OnDevice {
   std::optional<torch::stable::accelerator::DeviceGuard> guard_;
 };
 
-// One GEMM run right away (backward): plan, a workspace only when its algorithm needs one, run.
-void gemm_now(const Tensor& like, const void* a, bool ta, const void* b, bool tb, void* out, long long m, long long n,
-              long long k, bool accumulate, ScalarType dt, cudaStream_t stream) {
-  const GemmPlan* plan =
-      gemm_plan({m, n, k, ta, tb, accumulate, Epilogue::None, dt, alignment_of(a), alignment_of(b), alignment_of(out), 16});
-  Scratch ws;
-  const size_t at = ws.reserve(gemm_workspace_bytes(plan));
-  ws.allocate(like);
-  gemm_run(plan, a, b, out, nullptr, ws.at(at), stream);
-}
-
 // y = act(x @ w^T + b) into a new tensor shaped like x with last dim w.rows.
 Mat linear_now(const Mat& x, const Mat& w, const void* b, Act act, const Ctx& c) {
   Scratch s;
@@ -125,31 +119,6 @@ Mat linear_now(const Mat& x, const Mat& w, const void* b, Act act, const Ctx& c)
   s.allocate(x.t);
   run_linear(p, c, s, x.ptr(), w.ptr(), b, y.mut());
   return y;
-}
-
-// dz = dy * act'(z) for one layer; `out` is act(z) (relu needs only that), z is recomputed otherwise.
-Mat preact_grad(const Mat& dy, const Mat& in, const Mat& w, const void* b, const Mat& out, Act act, const Ctx& c) {
-  if (act == Act::None) return dy;
-  Mat dz = new_rows(dy, dy.cols);
-  const Mat saved = act == Act::Relu ? out : linear_now(in, w, b, Act::None, c);
-  act_backward(dy.ptr(), saved.ptr(), dz.mut(), dy.rows * dy.cols, act, dy.t.scalar_type(), c.stream);
-  return dz;
-}
-
-// Gradients of one layer given dz [M,N]: dw = dz^T in, db = sum(dz); din = dz @ w.
-struct LayerGrads {
-  Mat din;
-  Tensor dw, db;
-};
-LayerGrads layer_backward(const Mat& dz, const Mat& in, const Mat& w, bool has_bias, const Ctx& c) {
-  const int64_t m = in.rows, k = in.cols, n = w.rows;
-  const ScalarType dt = in.t.scalar_type();
-  if (m == 0) return {new_rows(in, k), new_zeros(w.t, {n, k}), new_zeros(w.t, {has_bias ? n : 0})};
-  LayerGrads g{new_rows(in, k), empty_on(w.t, {n, k}), empty_on(w.t, {has_bias ? n : 0})};
-  gemm_now(in.t, dz.ptr(), true, in.ptr(), false, g.dw.mutable_data_ptr(), n, k, m, false, dt, c.stream);
-  if (has_bias) column_sum(dz.ptr(), g.db.mutable_data_ptr(), m, n, dt, c.stream);
-  gemm_now(in.t, dz.ptr(), false, w.ptr(), false, g.din.mut(), m, k, n, false, dt, c.stream);
-  return g;
 }
 
 // ---- forward ops -------------------------------------------------------------------------------------
@@ -233,9 +202,11 @@ Tensor mlp_probe(Tensor x, std::vector<Tensor> ws, std::vector<Tensor> bs, std::
   return mlp_chain(x, ws, bs, activation, false, static_cast<Stop>(stop))[0];
 }
 
-// y = down(act(gate(x)) * up(x)); h (the down projection's input) is a returned tensor when `keep_h`.
+// y = down(act(gate(x)) * up(x)). Training (`keep`): also returns h (the down projection's input) and gu =
+// the [2, M, I] planes of g = x w_gate^T and u = x w_up^T from the same pass (backward reads them instead of
+// recomputing two GEMMs).
 std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
-                                const std::string& activation, bool keep_h) {
+                                const std::string& activation, bool keep) {
   const Act act = parse_activation(activation);
   const Mat x2 = as_rows(x, "gated_mlp", "x");
   OnDevice on(x);
@@ -250,24 +221,24 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
   const ScalarType dt = x2.t.scalar_type();
   Scratch s;
   const GateUpPlan gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()),
-                                     alignment_of(wg.ptr()), alignment_of(wu.ptr()), s);
+                                     alignment_of(wg.ptr()), alignment_of(wu.ptr()), s, keep);
   const LinearPlan down =
       plan_linear(c, x2.rows, wd.rows, wg.rows, Act::None, false, dt, kFreshAlign, alignment_of(wd.ptr()), 16, s);
-  const size_t h_at = keep_h ? 0 : s.reserve(static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size());
+  const size_t h_at = keep ? 0 : s.reserve(static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size());
   std::vector<Tensor> outs;
-  if (keep_h) {
-    outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows)};
+  if (keep) {
+    outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows), empty_on(x, {2, x2.rows, wg.rows})};
     s.allocate(x);
   } else {
     outs.push_back(output_and_scratch(x, wd.rows, s));
   }
-  void* h = keep_h ? outs[1].mutable_data_ptr() : s.at(h_at);
-  run_gate_up(gu, c, s, x2.ptr(), wg.ptr(), wu.ptr(), h);
+  void* h = keep ? outs[1].mutable_data_ptr() : s.at(h_at);
+  run_gate_up(gu, c, s, x2.ptr(), wg.ptr(), wu.ptr(), h, keep ? outs[2].mutable_data_ptr() : nullptr);
   run_linear(down, c, s, h, wd.ptr(), nullptr, outs[0].mutable_data_ptr());
   return outs;
 }
 
-// Returns [y, h] with h = act(x w_gate^T) * (x w_up^T), saved for backward.
+// Returns [y, h, gu]: h = act(g) * u, gu = the (g, u) planes [2, M, I], both saved for backward.
 std::vector<Tensor> gated_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, std::string activation) {
   return gated_chain(x, w_gate, w_up, w_down, activation, true);
 }
@@ -296,6 +267,118 @@ Tensor act_and_mul_op(Tensor gate, Tensor up, std::string activation) {
 
 // ---- backward ops ------------------------------------------------------------------------------------
 
+// The GEMMs of one backward op, planned before anything is allocated. They run one after another on one
+// stream, so they share one cuBLASLt workspace: the largest any of them needs.
+class BackwardGemms {
+ public:
+  explicit BackwardGemms(ScalarType dt) : dt_(dt) {}
+  // out[M,N] (+)= op(a) op(b), as gemm.h's GemmShape says; the alignments of a, b and out.
+  const GemmPlan* plan(long long m, long long n, long long k, bool ta, bool tb, bool accumulate, int align_a,
+                       int align_b, int align_out) {
+    const GemmPlan* p = gemm_plan({m, n, k, ta, tb, accumulate, Epilogue::None, dt_, align_a, align_b, align_out, 16});
+    bytes_ = std::max(bytes_, gemm_workspace_bytes(p));
+    return p;
+  }
+  void reserve(Scratch& s) { at_ = s.reserve(bytes_); }
+  void run(const GemmPlan* p, const Scratch& s, const void* a, const void* b, void* out, cudaStream_t stream) const {
+    gemm_run(p, a, b, out, nullptr, s.at(at_), stream);
+  }
+
+ private:
+  ScalarType dt_;
+  size_t bytes_ = 0, at_ = 0;
+};
+
+// Alignment of a buffer `offset` bytes after a fresh (16-byte aligned) one: a plane of a [2, M, N] tensor.
+int align_after(size_t offset) { return alignment_of(reinterpret_cast<const void*>(offset)); }
+
+// Gradients of a chain of layers out_i = acts[i](in_i @ w_i^T + b_i), in_0 = x, in_{i+1} = out_i, given dy
+// (the last output's gradient) and `hidden` (gradients of out_0..out_{L-2}; empty, or tensors with no
+// elements where none flows). Returns [dx, dw_0..dw_{L-1}, db_0..db_{L-1}] (db_i has 0 elements without
+// biases). relu reads act' from its saved output; other activations recompute the pre-activation.
+// Intermediates (each layer's dz and d in) live in two ping-pong scratch regions (a third for recomputed
+// pre-activations), so the op makes one scratch allocation plus its outputs.
+std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hidden, const Mat& x,
+                                   const std::vector<Mat>& w, const std::vector<std::optional<Tensor>>& b,
+                                   const std::vector<Mat>& outs, const std::vector<Act>& acts, const Ctx& c) {
+  const size_t layers = w.size();
+  const int64_t m = x.rows;
+  const ScalarType dt = x.t.scalar_type();
+  const bool has_bias = !b.empty() && b[0].has_value();
+  std::vector<Tensor> result(1 + 2 * layers, x.t);
+  if (m == 0) {
+    result[0] = new_rows(x, x.cols).t;
+    for (size_t i = 0; i < layers; ++i) {
+      result[1 + i] = new_zeros(w[i].t, {w[i].rows, w[i].cols});
+      result[1 + layers + i] = new_zeros(w[i].t, {has_bias ? w[i].rows : 0});
+    }
+    return result;
+  }
+  int64_t width = 0;
+  bool recompute = false;
+  for (size_t i = 0; i < layers; ++i) {
+    width = std::max({width, w[i].rows, w[i].cols});
+    recompute = recompute || (acts[i] != Act::None && acts[i] != Act::Relu);
+  }
+  // Where each layer's gradients live: -1 the caller's dy, 0/1 a ping-pong region, 2 the dx output.
+  struct Layer {
+    int dz, din;
+    const GemmPlan *dw, *dx;
+    LinearPlan pre;  // recomputed pre-activation (acts other than none/relu)
+  };
+  std::vector<Layer> plan(layers);
+  Scratch s;
+  const size_t region_bytes = static_cast<size_t>(m * width) * x.t.element_size();
+  const size_t region[3] = {s.reserve(region_bytes), s.reserve(region_bytes), recompute ? s.reserve(region_bytes) : 0};
+  BackwardGemms gemms(dt);
+  int g = -1;
+  for (size_t i = layers; i-- > 0;) {
+    Layer& l = plan[i];
+    const Mat& in = i == 0 ? x : outs[i - 1];
+    l.dz = acts[i] == Act::None ? g : (g == 0 ? 1 : 0);
+    l.din = i == 0 ? 2 : (l.dz == 0 ? 1 : 0);
+    const int align_dz = l.dz < 0 ? alignment_of(dy.ptr()) : kFreshAlign;
+    if (acts[i] != Act::None && acts[i] != Act::Relu)
+      l.pre = plan_linear(c, m, w[i].rows, w[i].cols, Act::None, has_bias, dt, alignment_of(in.ptr()),
+                          alignment_of(w[i].ptr()), alignment_of(ptr_of(b[i])), s);
+    l.dw = gemms.plan(w[i].rows, w[i].cols, m, true, false, false, align_dz, alignment_of(in.ptr()), kFreshAlign);
+    l.dx = gemms.plan(m, w[i].cols, w[i].rows, false, false, false, align_dz, alignment_of(w[i].ptr()), kFreshAlign);
+    g = l.din;
+  }
+  gemms.reserve(s);
+  result[0] = new_rows(x, x.cols).t;
+  for (size_t i = 0; i < layers; ++i) {
+    result[1 + i] = empty_on(w[i].t, {w[i].rows, w[i].cols});
+    result[1 + layers + i] = empty_on(w[i].t, {has_bias ? w[i].rows : 0});
+  }
+  s.allocate(x.t);
+  auto at = [&](int where) -> void* {
+    return where == 2 ? result[0].mutable_data_ptr() : where < 0 ? const_cast<void*>(dy.ptr()) : s.at(region[where]);
+  };
+  for (size_t i = layers; i-- > 0;) {
+    const Layer& l = plan[i];
+    const Mat& in = i == 0 ? x : outs[i - 1];
+    const int64_t n = w[i].rows;
+    void* grad = i + 1 == layers ? const_cast<void*>(dy.ptr()) : at(plan[i + 1].din);
+    if (i + 1 < layers && !hidden.empty() && hidden[i].numel() > 0) {  // grad is this op's own region here
+      const Mat extra = as_rows(hidden[i], "mlp backward", "grads[i]");
+      add_inplace(grad, extra.ptr(), m * n, dt, c.stream);
+    }
+    void* dz = at(l.dz);
+    if (acts[i] == Act::Relu) {
+      act_backward(grad, outs[i].ptr(), dz, m * n, acts[i], dt, c.stream);
+    } else if (acts[i] != Act::None) {
+      void* pre = s.at(region[2]);
+      run_linear(l.pre, c, s, in.ptr(), w[i].ptr(), ptr_of(b[i]), pre);
+      act_backward(grad, pre, dz, m * n, acts[i], dt, c.stream);
+    }
+    gemms.run(l.dw, s, dz, in.ptr(), result[1 + i].mutable_data_ptr(), c.stream);
+    if (has_bias) column_sum(dz, result[1 + layers + i].mutable_data_ptr(), m, n, dt, c.stream);
+    gemms.run(l.dx, s, dz, w[i].ptr(), at(l.din), c.stream);
+  }
+  return result;
+}
+
 std::vector<Tensor> linear_backward(Tensor grad, Tensor x, Tensor w, std::optional<Tensor> b, Tensor y,
                                     std::string activation) {
   const Act act = parse_activation(activation);
@@ -304,56 +387,45 @@ std::vector<Tensor> linear_backward(Tensor grad, Tensor x, Tensor w, std::option
   const Mat w2 = weight_2d(w, x, x2.cols, "linear backward", "weight");
   const std::optional<Tensor> b2 = bias_1d(b, x, w2.rows, "linear backward", "bias");
   const Mat dy = as_rows(grad, "linear backward", "grad"), y2 = as_rows(y, "linear backward", "y");
-  const Ctx c = ctx_for(x, Op::Linear);
-  const Mat dz = preact_grad(dy, x2, w2, ptr_of(b2), y2, act, c);
-  LayerGrads g = layer_backward(dz, x2, w2, b.has_value(), c);
-  return {g.din.t, g.dw, g.db};
+  return chain_backward(dy, {}, x2, {w2}, {b2}, {y2}, {act}, ctx_for(x, Op::Linear));
 }
 
-// grads[i] is the gradient of outputs[i] (an empty tensor when none flows there; only the last one
-// does through the public API). Returns [dx, dw_0..dw_{L-1}, db_0..db_{L-1}] (db_i empty without biases).
-std::vector<Tensor> mlp_backward(std::vector<Tensor> grads, Tensor x, std::vector<Tensor> ws, std::vector<Tensor> bs,
-                                 std::vector<Tensor> outs, std::string activation) {
+// grad: the gradient of the last layer's output; hidden: [] or one tensor per hidden layer output (a tensor
+// with no elements where none flows; only opcheck-style callers differentiate those). Returns [dx, dw_0..
+// dw_{L-1}, db_0..db_{L-1}] (db_i with no elements without biases).
+std::vector<Tensor> mlp_backward(Tensor grad, std::vector<Tensor> hidden, Tensor x, std::vector<Tensor> ws,
+                                 std::vector<Tensor> bs, std::vector<Tensor> outs, std::string activation) {
   const Act act = parse_activation(activation);
   const size_t layers = ws.size();
-  STD_TORCH_CHECK(outs.size() == layers && grads.size() == layers, "fused_mlp.mlp backward: got ", outs.size(),
-                  " saved outputs and ", grads.size(), " output grads for ", layers, " layers");
+  STD_TORCH_CHECK(outs.size() == layers && (hidden.empty() || hidden.size() + 1 == layers),
+                  "fused_mlp.mlp backward: got ", outs.size(), " saved outputs and ", hidden.size(),
+                  " hidden-output grads for ", layers, " layers");
+  STD_TORCH_CHECK(bs.empty() || bs.size() == layers, "fused_mlp.mlp backward: got ", bs.size(), " biases for ",
+                  layers, " weights");
   const Mat x2 = as_rows(x, "mlp backward", "x");
   OnDevice on(x);
-  const Ctx c = ctx_for(x, Op::Mlp);
-  std::vector<Mat> ins, w2, out2;
+  std::vector<Mat> w2, out2;
   std::vector<std::optional<Tensor>> b2;
+  std::vector<Act> acts;
+  int64_t cols = x2.cols;
   for (size_t l = 0; l < layers; ++l) {
-    out2.push_back(as_rows(outs[l], "mlp backward", "outputs[i]"));
-    ins.push_back(l == 0 ? x2 : out2[l - 1]);
-    w2.push_back(weight_2d(ws[l], x, ins[l].cols, "mlp backward", "weights[i]"));
+    w2.push_back(weight_2d(ws[l], x, cols, "mlp backward", "weights[i]"));
     b2.push_back(bs.empty() ? std::nullopt : bias_1d(bs[l], x, w2[l].rows, "mlp backward", "biases[i]"));
+    out2.push_back(as_rows(outs[l], "mlp backward", "outputs[i]"));
+    acts.push_back(l + 1 == layers ? Act::None : act);
+    cols = w2[l].rows;
   }
-  std::vector<Tensor> result;
-  result.reserve(1 + 2 * layers);
-  result.push_back(x);  // placeholders, all overwritten below
-  for (size_t l = 0; l < 2 * layers; ++l) result.push_back(x);
-  Mat g = as_rows(grads[layers - 1], "mlp backward", "grads[-1]");
-  for (size_t i = layers; i-- > 0;) {
-    const Act a = i + 1 == layers ? Act::None : act;
-    if (i + 1 < layers && grads[i].numel() > 0) {  // g is this call's own buffer here (a previous din)
-      const Mat extra = as_rows(grads[i], "mlp backward", "grads[i]");
-      add_inplace(g.mut(), extra.ptr(), g.rows * g.cols, g.t.scalar_type(), c.stream);
-    }
-    const Mat dz = preact_grad(g, ins[i], w2[i], ptr_of(b2[i]), out2[i], a, c);
-    LayerGrads lg = layer_backward(dz, ins[i], w2[i], !bs.empty(), c);
-    result[1 + i] = lg.dw;
-    result[1 + layers + i] = lg.db;
-    g = lg.din;
-  }
-  result[0] = g.t;
-  return result;
+  const Mat dy = as_rows(grad, "mlp backward", "grad");
+  return chain_backward(dy, hidden, x2, w2, b2, out2, acts, ctx_for(x, Op::Mlp));
 }
 
-// grad_h: gradient of the returned h, an empty tensor when none flows there (the public API hides h).
+// From the training forward's h and gu = (g, u) planes [2, M, I]; grad_h: gradient of h, absent when none
+// flows (the public API hides h). One op: dh = dy w_down (+ grad_h); (dg, du) in one
+// elementwise pass over dh, g, u; dx = dg w_gate + du w_up; dw_gate = dg^T x, dw_up = du^T x,
+// dw_down = dy^T h (cuBLASLt, measured faster than our Hopper backward kernels: bench/RESULTS.md).
 // Returns [dx, dw_gate, dw_up, dw_down].
-std::vector<Tensor> gated_mlp_backward(Tensor grad, Tensor grad_h, Tensor x, Tensor w_gate, Tensor w_up,
-                                       Tensor w_down, Tensor h, std::string activation) {
+std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h, Tensor x, Tensor w_gate,
+                                       Tensor w_up, Tensor w_down, Tensor h, Tensor gu, std::string activation) {
   const Act act = parse_activation(activation);
   const Mat x2 = as_rows(x, "gated_mlp backward", "x");
   OnDevice on(x);
@@ -362,27 +434,51 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, Tensor grad_h, Tensor x, Ten
   const Mat wd = weight_2d(w_down, x, wg.rows, "gated_mlp backward", "w_down");
   const Mat dy = as_rows(grad, "gated_mlp backward", "grad"), h2 = as_rows(h, "gated_mlp backward", "h");
   const int64_t m = x2.rows, hdim = x2.cols, inter = wg.rows, out_dim = wd.rows;
+  const Tensor gu2 = as_contiguous(gu);
+  STD_TORCH_CHECK(gu2.numel() == 2 * m * inter, "fused_mlp.gated_mlp backward: the saved (g, u) planes have ",
+                  gu2.numel(), " elements, expected 2 x ", m, " x ", inter);
   const ScalarType dt = x2.t.scalar_type();
   if (m == 0) {
     return {empty_rows_like(x, hdim), new_zeros(wg.t, {inter, hdim}), new_zeros(wu.t, {inter, hdim}),
             new_zeros(wd.t, {out_dim, inter})};
   }
   const Ctx c = ctx_for(x, Op::GatedMlp);
-  const Mat g = linear_now(x2, wg, nullptr, Act::None, c), u = linear_now(x2, wu, nullptr, Act::None, c);
-  const bool has_grad_h = grad_h.numel() > 0;
-  const Mat dh = has_grad_h ? Mat{torch::stable::clone(as_rows(grad_h, "gated_mlp backward", "grad_h").t), m, inter}
-                            : new_rows(x2, inter);
-  gemm_now(x, dy.ptr(), false, wd.ptr(), false, dh.mut(), m, inter, out_dim, has_grad_h, dt, c.stream);
-  const Mat dg = new_rows(x2, inter), du = new_rows(x2, inter);
-  act_and_mul_backward(dh.ptr(), g.ptr(), u.ptr(), dg.mut(), du.mut(), m * inter, act, dt, c.stream);
-  const Mat dx = new_rows(x2, hdim);
-  gemm_now(x, dg.ptr(), false, wg.ptr(), false, dx.mut(), m, hdim, inter, false, dt, c.stream);
-  gemm_now(x, du.ptr(), false, wu.ptr(), false, dx.mut(), m, hdim, inter, true, dt, c.stream);
-  Tensor dwg = empty_on(wg.t, {inter, hdim}), dwu = empty_on(wu.t, {inter, hdim}), dwd = empty_on(wd.t, {out_dim, inter});
-  gemm_now(x, dg.ptr(), true, x2.ptr(), false, dwg.mutable_data_ptr(), inter, hdim, m, false, dt, c.stream);
-  gemm_now(x, du.ptr(), true, x2.ptr(), false, dwu.mutable_data_ptr(), inter, hdim, m, false, dt, c.stream);
-  gemm_now(x, dy.ptr(), true, h2.ptr(), false, dwd.mutable_data_ptr(), out_dim, inter, m, false, dt, c.stream);
-  return {dx.t, dwg, dwu, dwd};
+  const bool has_grad_h = grad_h.has_value();
+  const size_t plane = static_cast<size_t>(m * inter) * x2.t.element_size();
+  const int align_2nd = align_after(plane);  // plane 1 of a [2, M, I] buffer
+  const void* g = gu2.const_data_ptr();
+  const void* u = static_cast<const char*>(g) + plane;
+  Scratch s;
+  const size_t dh_at = s.reserve(plane), dgu_at = s.reserve(2 * plane);
+  BackwardGemms gemms(dt);
+  const GemmPlan* p_dh = gemms.plan(m, inter, out_dim, false, false, has_grad_h, alignment_of(dy.ptr()),
+                                    alignment_of(wd.ptr()), kFreshAlign);
+  const GemmPlan* p_dx_g = gemms.plan(m, hdim, inter, false, false, false, kFreshAlign, alignment_of(wg.ptr()), kFreshAlign);
+  const GemmPlan* p_dx_u = gemms.plan(m, hdim, inter, false, false, true, align_2nd, alignment_of(wu.ptr()), kFreshAlign);
+  const GemmPlan* p_dwg = gemms.plan(inter, hdim, m, true, false, false, kFreshAlign, alignment_of(x2.ptr()), kFreshAlign);
+  const GemmPlan* p_dwu = gemms.plan(inter, hdim, m, true, false, false, align_2nd, alignment_of(x2.ptr()), kFreshAlign);
+  const GemmPlan* p_dwd = gemms.plan(out_dim, inter, m, true, false, false, alignment_of(dy.ptr()),
+                                     alignment_of(h2.ptr()), kFreshAlign);
+  gemms.reserve(s);
+  std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {inter, hdim}), empty_on(wu.t, {inter, hdim}),
+                                empty_on(wd.t, {out_dim, inter})};
+  s.allocate(x);
+  void* dh = s.at(dh_at);
+  char* dg = static_cast<char*>(s.at(dgu_at));
+  char* du = dg + plane;
+  if (has_grad_h) {
+    const Mat gh = as_rows(*grad_h, "gated_mlp backward", "grad_h");
+    const cudaError_t err = cudaMemcpyAsync(dh, gh.ptr(), plane, cudaMemcpyDeviceToDevice, c.stream);
+    STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp.gated_mlp backward: copying grad_h failed: ", cudaGetErrorString(err));
+  }
+  gemms.run(p_dh, s, dy.ptr(), wd.ptr(), dh, c.stream);
+  act_and_mul_backward(dh, g, u, dg, du, m * inter, act, dt, c.stream);
+  gemms.run(p_dx_g, s, dg, wg.ptr(), result[0].mutable_data_ptr(), c.stream);
+  gemms.run(p_dx_u, s, du, wu.ptr(), result[0].mutable_data_ptr(), c.stream);
+  gemms.run(p_dwg, s, dg, x2.ptr(), result[1].mutable_data_ptr(), c.stream);
+  gemms.run(p_dwu, s, du, x2.ptr(), result[2].mutable_data_ptr(), c.stream);
+  gemms.run(p_dwd, s, dy.ptr(), h2.ptr(), result[3].mutable_data_ptr(), c.stream);
+  return result;
 }
 
 std::vector<Tensor> act_and_mul_backward_op(Tensor grad, Tensor gate, Tensor up, std::string activation) {
@@ -400,7 +496,7 @@ std::vector<Tensor> act_and_mul_backward_op(Tensor grad, Tensor gate, Tensor up,
 // ---- implementation paths (benchmarks and tests) ---------------------------------------------------------
 
 const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul"};
-const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda"};
+const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda", "tma"};
 
 int index_of(const char* const* names, int n, const std::string& name, const char* what) {
   for (int i = 0; i < n; ++i)
@@ -412,7 +508,7 @@ int index_of(const char* const* names, int n, const std::string& name, const cha
 // Force `step` to `impl` ("table": back to the path table) for later calls; returns the previous setting.
 std::string set_path(std::string step, std::string impl) {
   const int s = index_of(kStepNames, 3, step, "step (use linear, gate_up or act_and_mul)");
-  const int i = impl == "table" ? -1 : index_of(kImplNames, 4, impl, "implementation");
+  const int i = impl == "table" ? -1 : index_of(kImplNames, kNumImpls, impl, "implementation");
   const int before = set_path_override(static_cast<Step>(s), i);
   return before < 0 ? "table" : kImplNames[before];
 }
@@ -462,10 +558,12 @@ FMLP_LIBRARY(FUSED_MLP_NS, m) {
   m.def("cuda_linear_backward(Tensor grad, Tensor x, Tensor weight, Tensor? bias, Tensor y, str activation) -> Tensor[]");
   m.def("cuda_mlp(Tensor x, Tensor[] weights, Tensor[] biases, str activation) -> Tensor[]");
   m.def("cuda_mlp_infer(Tensor x, Tensor[] weights, Tensor[] biases, str activation) -> Tensor");
-  m.def("cuda_mlp_backward(Tensor[] grads, Tensor x, Tensor[] weights, Tensor[] biases, Tensor[] outputs, str activation) -> Tensor[]");
+  m.def("cuda_mlp_train(Tensor x, Tensor[] weights, Tensor[] biases, str activation) -> Tensor[]");
+  m.def("cuda_mlp_backward(Tensor grad, Tensor[] hidden_grads, Tensor x, Tensor[] weights, Tensor[] biases, Tensor[] outputs, str activation) -> Tensor[]");
   m.def("cuda_gated_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, str activation) -> Tensor[]");
   m.def("cuda_gated_mlp_infer(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, str activation) -> Tensor");
-  m.def("cuda_gated_mlp_backward(Tensor grad, Tensor grad_h, Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, Tensor h, str activation) -> Tensor[]");
+  m.def("cuda_gated_mlp_train(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, str activation) -> Tensor[]");
+  m.def("cuda_gated_mlp_backward(Tensor grad, Tensor? grad_h, Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, Tensor h, Tensor gu, str activation) -> Tensor[]");
   m.def("cuda_act_and_mul(Tensor gate, Tensor up, str activation) -> Tensor");
   m.def("cuda_act_and_mul_infer(Tensor gate, Tensor up, str activation) -> Tensor");
   m.def("cuda_act_and_mul_backward(Tensor grad, Tensor gate, Tensor up, str activation) -> Tensor[]");
@@ -480,10 +578,12 @@ FMLP_LIBRARY_IMPL(FUSED_MLP_NS, CUDA, m) {
   m.impl("cuda_linear_backward", TORCH_BOX(&fused_mlp::linear_backward));
   m.impl("cuda_mlp", TORCH_BOX(&fused_mlp::mlp));
   m.impl("cuda_mlp_infer", TORCH_BOX(&fused_mlp::mlp_infer));
+  m.impl("cuda_mlp_train", TORCH_BOX(&fused_mlp::mlp));
   m.impl("cuda_mlp_backward", TORCH_BOX(&fused_mlp::mlp_backward));
   m.impl("cuda_mlp_probe", TORCH_BOX(&fused_mlp::mlp_probe));
   m.impl("cuda_gated_mlp", TORCH_BOX(&fused_mlp::gated_mlp));
   m.impl("cuda_gated_mlp_infer", TORCH_BOX(&fused_mlp::gated_mlp_infer));
+  m.impl("cuda_gated_mlp_train", TORCH_BOX(&fused_mlp::gated_mlp));
   m.impl("cuda_gated_mlp_backward", TORCH_BOX(&fused_mlp::gated_mlp_backward));
   m.impl("cuda_act_and_mul", TORCH_BOX(&fused_mlp::act_and_mul_op));
   m.impl("cuda_act_and_mul_infer", TORCH_BOX(&fused_mlp::act_and_mul_op));

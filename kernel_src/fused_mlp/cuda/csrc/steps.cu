@@ -2,6 +2,8 @@
 // dtype/alignment/sizes decide whether it can run, else the step's fallback runs (cuBLASLt, CUDA kernels).
 #include "steps.h"
 
+#include <initializer_list>
+
 #include "elementwise.h"
 
 namespace fused_mlp {
@@ -25,6 +27,7 @@ Ctx ctx_for(const Tensor& x, Op op) {
   c.device = x.get_device_index();
   c.stream = current_stream(x);
   c.sm = device_sm(c.device);
+  c.sms = device_sms(c.device);
   c.op = op;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(c.stream, &status) != cudaSuccess) {
@@ -35,19 +38,39 @@ Ctx ctx_for(const Tensor& x, Op op) {
   return c;
 }
 
+namespace {
+
+// What the Hopper (TMA) kernels need beyond the dtype: 16-byte aligned bases and row strides (2-byte
+// elements: every leading dim a multiple of 8), sizes that fit their 32-bit parameters.
+bool tma_fits(std::initializer_list<int> aligns, std::initializer_list<long long> lds, long long m) {
+  for (const int a : aligns)
+    if (a != 16) return false;
+  for (const long long ld : lds)
+    if (ld % 8 != 0 || ld > kI32) return false;
+  return m <= kI32;
+}
+
+}  // namespace
+
 LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
-                       int align_x, int align_w, int align_b, Scratch& s) {
+                       int align_x, int align_w, int align_b, Scratch& s, int align_y) {
   LinearPlan p;
   p.m = m, p.n = n, p.k = k, p.act = act, p.has_bias = has_bias, p.dtype = dtype;
   p.impl = choose_impl(Step::Linear, c.op, c.sm, m, c.captured);
   if (m == 0 || n == 0) return p;
-  if (p.impl == Impl::Triton) {
-    const int dt = cubin_dtype(dtype);
-    const bool fits = dt >= 0 && n % 16 == 0 && k % 16 == 0 && align_x == 16 && align_w == 16 &&
-                      (!has_bias || align_b == 16) && m * k <= kI32 && n * k <= kI32 && m * n <= kI32;
-    p.cubin = fits ? find_cubin(Step::Linear, c.sm, dt, static_cast<int>(act), has_bias, m) : nullptr;
-    if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
-      p.scratch = s.reserve(triton_scratch_bytes(*p.cubin, cdiv(m, p.cubin->block_m) * cdiv(n, p.cubin->block_n)));
+  const int dt = cubin_dtype(dtype);
+  if (p.impl == Impl::Triton || p.impl == Impl::Tma) {
+    const bool tma = p.impl == Impl::Tma;
+    const int ab = has_bias ? align_b : 16;
+    const bool fits =
+        dt >= 0 && (tma ? tma_fits({align_x, align_w, ab, align_y}, {k, n}, m)
+                        : n % 16 == 0 && k % 16 == 0 && align_x == 16 && align_w == 16 && ab == 16 &&
+                              align_y == 16 && m * k <= kI32 && n * k <= kI32 && m * n <= kI32);
+    p.cubin = fits ? find_cubin({Step::Linear, p.impl, c.sm, dt, static_cast<int>(act), has_bias, false, m, n, c.sms})
+                   : nullptr;
+    if (p.cubin != nullptr && (tma || k % p.cubin->block_k == 0)) {
+      p.programs = cubin_programs(*p.cubin, m, n, c.sms);
+      p.scratch = s.reserve(triton_scratch_bytes(*p.cubin, p.programs));
       return p;
     }
     p.cubin = nullptr;
@@ -56,7 +79,7 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
   bool fused = false;
   const Epilogue epi = epilogue_for(act, has_bias, &fused);
   p.act_kernel = !fused;
-  p.gemm = gemm_plan({m, n, k, false, true, false, epi, dtype, align_x, align_w, kFreshAlign, has_bias ? align_b : 16});
+  p.gemm = gemm_plan({m, n, k, false, true, false, epi, dtype, align_x, align_w, align_y, has_bias ? align_b : 16});
   p.scratch = s.reserve(gemm_workspace_bytes(p.gemm));
   return p;
 }
@@ -68,8 +91,13 @@ void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void*
   if (p.cubin != nullptr) {
     const TritonCubin& t = *p.cubin;
     const int32_t m = static_cast<int32_t>(p.m), n = static_cast<int32_t>(p.n), k = static_cast<int32_t>(p.k);
+    if (t.impl == static_cast<int>(Impl::Tma)) {  // a, b, b2 (unused: w), c, bias (or y), aux (unused: y); M, N, K;
+      const KArg args[] = {x, w, w, y, b ? b : y, y, m, n, k, k, k, k, n, n};  // lda, ldb, ldb2, ldc, ld_aux
+      launch_cubin(t, p.programs, args, 14, s.at(p.scratch), c.stream, "linear");
+      return;
+    }
     const KArg args[] = {x, w, b ? b : x, y, m, n, k, k, k, n};  // x, w, b, out, M, N, K, strides x / w / out
-    launch_cubin(t, cdiv(p.m, t.block_m) * cdiv(p.n, t.block_n), args, 10, s.at(p.scratch), c.stream, "linear");
+    launch_cubin(t, p.programs, args, 10, s.at(p.scratch), c.stream, "linear");
     return;
   }
   gemm_run(p.gemm, x, w, y, b, s.at(p.scratch), c.stream);
@@ -83,7 +111,7 @@ ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act ac
   if (p.impl == Impl::Triton) {
     const int dt = cubin_dtype(dtype);
     if (dt >= 0 && aligned && n % 16 == 0 && n <= kI32)
-      p.cubin = find_cubin(Step::ActAndMul, c.sm, dt, static_cast<int>(act), false, rows);
+      p.cubin = find_cubin({Step::ActAndMul, Impl::Triton, c.sm, dt, static_cast<int>(act), false, false, rows, 1, c.sms});
   }
   if (p.cubin == nullptr) p.impl = Impl::Cuda;
   return p;
@@ -100,41 +128,65 @@ void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, con
 }
 
 GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
-                        int align_wg, int align_wu, Scratch& s) {
+                        int align_wg, int align_wu, Scratch& s, bool store_gu) {
   GateUpPlan p;
-  p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype;
+  p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype, p.store_gu = store_gu;
   p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
   if (m == 0 || i == 0) return p;
-  if (p.impl == Impl::Triton) {
-    const int dt = cubin_dtype(dtype);
+  const int dt = cubin_dtype(dtype);
+  if (p.impl == Impl::Tma) {
+    if (dt >= 0 && tma_fits({align_x, align_wg, align_wu}, {k, i}, m))
+      p.cubin = find_cubin({Step::GateUp, Impl::Tma, c.sm, dt, static_cast<int>(act), false, store_gu, m, i, c.sms});
+    if (p.cubin != nullptr) {
+      p.programs = cubin_programs(*p.cubin, m, i, c.sms);
+      p.tma_scratch = s.reserve(triton_scratch_bytes(*p.cubin, p.programs));
+      return p;
+    }
+  } else if (p.impl == Impl::Triton && !store_gu) {  // the portable kernel keeps g, u in registers only
     const bool fits = dt >= 0 && i % 16 == 0 && k % 16 == 0 && align_x == 16 && align_wg == 16 && align_wu == 16 &&
                       m * k <= kI32 && i * k <= kI32 && m * i <= kI32;
-    p.cubin = fits ? find_cubin(Step::GateUp, c.sm, dt, static_cast<int>(act), false, m) : nullptr;
-    if (p.cubin != nullptr && k % p.cubin->block_k == 0) return p;
-    p.cubin = nullptr;
+    p.cubin = fits ? find_cubin({Step::GateUp, Impl::Triton, c.sm, dt, static_cast<int>(act), false, false, m, i, c.sms})
+                   : nullptr;
+    if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
+      p.programs = cubin_programs(*p.cubin, m, i, c.sms);
+      return p;
+    }
   }
+  p.cubin = nullptr;
   p.impl = Impl::Split;
-  const size_t bytes = static_cast<size_t>(m * i) * (dtype == ScalarType::Float ? 4 : 2);
-  p.g_off = s.reserve(bytes);
-  p.u_off = s.reserve(bytes);
+  const size_t elem = dtype == ScalarType::Float ? 4 : 2;
+  const size_t bytes = static_cast<size_t>(m * i) * elem;
+  // g, u: the gu planes (plane 1 is M*I elements after a fresh, 16-byte aligned plane 0) or two scratch regions
+  const int align_u = store_gu ? alignment_of(reinterpret_cast<const void*>(bytes)) : kFreshAlign;
+  if (!store_gu) {
+    p.g_off = s.reserve(bytes);
+    p.u_off = s.reserve(bytes);
+  }
   p.gate = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wg, 16, s);
-  p.up = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wu, 16, s);
-  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, true);
+  p.up = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wu, 16, s, align_u);
+  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, align_u == 16);
   return p;
 }
 
 void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* wg, const void* wu,
-                 void* h) {
+                 void* h, void* gu) {
   if (p.m == 0 || p.i == 0) return;
+  STD_TORCH_CHECK(!p.store_gu || gu != nullptr, "fused_mlp.gated_mlp: the training forward needs a (g, u) buffer");
   if (p.cubin != nullptr) {
     const TritonCubin& t = *p.cubin;
     const int32_t m = static_cast<int32_t>(p.m), i = static_cast<int32_t>(p.i), k = static_cast<int32_t>(p.k);
+    if (t.impl == static_cast<int>(Impl::Tma)) {  // x, wg, wu, h, gu (or h); M, N, K; ldx, ldwg, ldwu, ldh, ld_gu
+      const KArg args[] = {x, wg, wu, h, p.store_gu ? gu : h, m, i, k, k, k, k, i, i};
+      launch_cubin(t, p.programs, args, 13, s.at(p.tma_scratch), c.stream, "gated_mlp");
+      return;
+    }
     const KArg args[] = {x, wg, wu, h, m, i, k, k, k, k, i};  // x, wg, wu, h, M, N, K, strides x / wg / wu / h
-    launch_cubin(t, cdiv(p.m, t.block_m) * cdiv(p.i, t.block_n), args, 11, nullptr, c.stream, "gated_mlp");
+    launch_cubin(t, p.programs, args, 11, nullptr, c.stream, "gated_mlp");
     return;
   }
-  void* g = s.at(p.g_off);
-  void* u = s.at(p.u_off);
+  const size_t plane = static_cast<size_t>(p.m * p.i) * (p.dtype == ScalarType::Float ? 4 : 2);
+  void* g = p.store_gu ? gu : s.at(p.g_off);
+  void* u = p.store_gu ? static_cast<char*>(gu) + plane : s.at(p.u_off);
   run_linear(p.gate, c, s, x, wg, nullptr, g);
   run_linear(p.up, c, s, x, wu, nullptr, u);
   run_act_and_mul(p.mul, c, g, u, h);

@@ -13,17 +13,19 @@ namespace fused_mlp {
 // compute capability, the op, and whether the stream is being captured into a CUDA graph.
 struct Ctx {
   cudaStream_t stream;
-  int device, sm;
+  int device, sm, sms;  // sms: the device's SM count (persistent grids)
   Op op;
   bool captured;
 };
 Ctx ctx_for(const Tensor& x, Op op);
 
-// y[M,N] = act(x[M,K] w[N,K]^T + b): one Triton GEMM with the epilogue fused, or cuBLASLt (+1 kernel for
-// gelu/silu). `align_*` are the operands' alignments (alignment_of, or kFreshAlign for our own buffers).
+// y[M,N] = act(x[M,K] w[N,K]^T + b): one Triton GEMM with the epilogue fused (portable or Hopper family),
+// or cuBLASLt (+1 kernel for gelu/silu). `align_*` are the operands' alignments (alignment_of, or
+// kFreshAlign for our own buffers).
 struct LinearPlan {
   Impl impl;
   const TritonCubin* cubin = nullptr;
+  long long programs = 0;  // the cubin's grid
   const GemmPlan* gemm = nullptr;
   long long m, n, k;
   Act act;
@@ -32,7 +34,7 @@ struct LinearPlan {
   size_t scratch = 0;  // offset of this step's workspace in the call's Scratch
 };
 LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
-                       int align_x, int align_w, int align_b, Scratch& s);
+                       int align_x, int align_w, int align_b, Scratch& s, int align_y = kFreshAlign);
 void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* w, const void* b,
                 void* y);
 
@@ -47,21 +49,27 @@ struct ActAndMulPlan {
 ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned);
 void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, const void* up, void* out);
 
-// h[M,I] = act(x[M,K] wg[I,K]^T) * (x wu^T): one fused Triton kernel, or split into two linear steps
-// into scratch plus the act_and_mul step.
+// h[M,I] = act(x[M,K] wg[I,K]^T) * (x wu^T): one fused Triton kernel (portable or Hopper), or split into
+// two linear steps plus the act_and_mul step. With `store_gu` (training forward) the pre-activations g, u
+// also land in gu = a [2, M, I] buffer (plane 0 g, plane 1 u), which backward reads: the Hopper kernel
+// stores them from its epilogue, split writes its two GEMMs there; the portable kernel cannot (split runs).
 struct GateUpPlan {
   Impl impl;
   const TritonCubin* cubin = nullptr;
-  LinearPlan gate, up;  // split: the two GEMMs
-  ActAndMulPlan mul;    // split: act(g) * u
-  size_t g_off = 0, u_off = 0;
+  long long programs = 0;  // the cubin's grid
+  size_t tma_scratch = 0;  // the Hopper kernel's descriptor scratch
+  LinearPlan gate, up;     // split: the two GEMMs
+  ActAndMulPlan mul;       // split: act(g) * u
+  size_t g_off = 0, u_off = 0;  // split without store_gu: g, u in scratch
   long long m, i, k;
   Act act;
   ScalarType dtype;
+  bool store_gu;
 };
 GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
-                        int align_wg, int align_wu, Scratch& s);
+                        int align_wg, int align_wu, Scratch& s, bool store_gu = false);
+// gu: the [2, M, I] buffer when the plan stores g, u (fresh, 16-byte aligned), else null.
 void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* wg, const void* wu,
-                 void* h);
+                 void* h, void* gu = nullptr);
 
 }  // namespace fused_mlp

@@ -1,7 +1,8 @@
 // Triton kernels compiled ahead of time and launched from C++, and the path table that decides, per GPU
 // arch, step and row count, which implementation runs. Both tables are generated at build time by
 // build/cuda/embed_cubins.py (from fused_mlp/cuda/paths.py and fused_mlp.triton.aot) into
-// triton_table.gen.cpp; the cubins live in the .so and are loaded with the CUDA runtime's library API.
+// triton_table.gen.cpp; the cubins live in the .so, are loaded with the CUDA runtime's library API and
+// launched through the driver's cuLaunchKernelEx (entry point looked up at run time: no libcuda link).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,17 +13,20 @@ namespace fused_mlp {
 
 enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2 };
 enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3 };
-enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3 };
+enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4 };
+constexpr int kNumImpls = 5;
 constexpr int kNumSteps = 3;
 
 // One embedded cubin as one row of its config table (layout: embed_cubins.write_sources).
 struct TritonCubin {
   const char* kernel;         // entry name
   int step;                   // Step
+  int impl;                   // Impl::Triton (portable family) or Impl::Tma (Hopper family, persistent grid)
   int sm;                     // compute capability (major*10+minor) the SASS runs on, exactly
   int dtype;                  // 0 bf16, 1 fp16
   int act, has_bias;          // Act code, bias flag
-  long long max_rows;         // serves M <= max_rows; -1: any M
+  int store_gu;               // tma gate_up: also stores the (g, u) planes (training forward)
+  long long max_rows;         // serves M <= max_rows; -1: any M. Rows with equal bounds are tile alternatives
   int block_m, block_n, block_k;  // GEMM tile; act_and_mul: block_n = elements per program
   int num_warps, num_ctas, shared_bytes;
   int global_scratch_bytes, global_scratch_align;  // per program; 0: none
@@ -41,24 +45,42 @@ struct PathRow {
 extern const unsigned char* const kCubinBlob;
 extern const char kTritonVersion[];
 extern const int kNumTritonCubins;
+extern const double kWaveFill;  // configs.WAVE_FILL: least share of the last wave a tile alternative must fill
 extern const TritonCubin kTritonCubins[];
 extern const PathRow kPathRows[];
 extern const int kNumPathRows;
 
-// Compute capability (major*10+minor) of a device, cached.
+// Compute capability (major*10+minor) and number of SMs of a device, cached.
 int device_sm(int device);
+int device_sms(int device);
 
 // The implementation the path table (or an override, see set_path_override) picks for `step` of `op` at
 // `rows` rows on a device of compute capability `sm`, for a call captured into a graph or not. Search order:
 // this arch's rows, else the default arch's; within them the op's own rows, else the step's; graph rows,
 // else (none for the arch) the stream rows.
 Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured);
+// An implementation named in FUSED_MLP_CUDA_DISABLE (comma list, e.g. "tma") is never chosen: its step's
+// fallback runs instead (read once per process; a switch for a path that misbehaves on some machine).
 // Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
 // measure each implementation (bench/bench_paths.py). Returns the previous override.
 int set_path_override(Step step, int impl);
 
-// The cubin for this launch, or nullptr: first row of (step, sm, dtype, act, bias) whose bound admits `rows`.
-const TritonCubin* find_cubin(Step step, int sm, int dtype, int act, bool has_bias, long long rows);
+// What a cubin lookup asks for: the kernel family's specialization and the launch's output size.
+struct CubinQuery {
+  Step step;
+  Impl impl;  // Triton or Tma
+  int sm, dtype, act;
+  bool has_bias, store_gu;
+  long long rows, cols;  // the output is rows x cols (tile alternatives are picked by last-wave fill)
+  int sms;               // SMs of the device (persistent grids)
+};
+// The cubin for this launch, or nullptr: the first row of (step, impl, sm, dtype, act, bias, store_gu) whose
+// bound admits `rows`; among alternatives with that bound (same PDL), the first whose tiles fill at least
+// kWaveFill of the last wave of `sms` programs, else the fullest (configs.tma_config's rule).
+const TritonCubin* find_cubin(const CubinQuery& q);
+// Programs of a launch of `c` over a rows x cols output: one per tile, or for the persistent Hopper family
+// min(SMs, tiles) (each program walks tiles pid, pid + grid, ...).
+long long cubin_programs(const TritonCubin& c, long long rows, long long cols, int sms);
 
 // One kernel argument: a device pointer or a 32-bit integer.
 struct KArg {
