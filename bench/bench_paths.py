@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,8 +27,8 @@ import harness
 ROWS = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
 HOST_BOUND_ROWS = 2048
 IMPLS = {
-    "linear": ("triton", "cublaslt"),
-    "gate_up": ("triton", "split"),
+    "linear": ("triton", "tma", "cublaslt"),
+    "gate_up": ("triton", "tma", "split"),
     "act_and_mul": ("triton", "cuda"),
 }
 
@@ -54,7 +55,8 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
     return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
 
 
-def sweep(kernel, dt: torch.dtype) -> list[dict]:
+def sweep(kernel, dt: torch.dtype, written: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+    """Every implementation of every step at every M; `written(rows)` after each step (the JSON so far)."""
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     rows = []
     with torch.no_grad():
@@ -86,6 +88,7 @@ def sweep(kernel, dt: torch.dtype) -> list[dict]:
                             ns.cuda_set_path(step, "table")
                         rows.append(row)
                         print(row, flush=True)
+            written(rows)
     return rows
 
 
@@ -128,10 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     label, kernel = next(iter(kernels.items()))
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    rows = sweep(kernel, dt)
-    report = {"environment": harness.environment(), "kernels": harness.describe({label: kernel}), "rows": rows,
-              "best": best(rows)}  # fmt: skip
-    harness.write_json(args.json, report)
+    report = {"environment": harness.environment(), "kernels": harness.describe({label: kernel}), "rows": []}
+
+    def written(rows: list[dict]) -> None:
+        harness.write_json(args.json, {**report, "rows": rows})
+
+    rows = sweep(kernel, dt, written)
+    harness.write_json(args.json, {**report, "rows": rows, "best": best(rows)})
     return 0
 
 

@@ -7,11 +7,14 @@
 # print the summary tables last. Raw JSON and logs go to $OUT (7 files, flat).
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
-# env: OUT (default ./h200-out); STAGES (default "tests host paths ops model", run in that order); QUICK=1: fewer rows, no
+# env: OUT (default ./h200-out); STAGES (default "tests check host paths ops model", run in that order); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS). Each stage has a time
-# limit (tests 100+90 s, ops 120 s, model 150 s) and writes its JSON as it goes, so the summary always prints.
+# limit (tests 100+90 s, check 90 s per group, paths 150 s, ops 120 s, model 150 s) and writes its JSON as it
+# goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
+# kernels) in a child process first; a failing one is switched off (FUSED_MLP_CUDA_DISABLE) for the later
+# stages, which then run its step's fallback, and the log says so.
 #
 # Device time on the H200 (2026-12-03): QUICK=1 took 112 s after the machine's start; the full run is
 # estimated at 5-8 minutes (bench/RESULTS.md); the stage limits keep it under 9.
@@ -21,7 +24,7 @@ DIST="$(cd "${1:?usage: bench/run_h200.sh DIST [WHEELS_DIR]}" && pwd)"
 WHEELS="${2:-}"
 OUT="${OUT:-$PWD/h200-out}"
 QUICK="${QUICK:-0}"
-STAGES="${STAGES:-tests host paths ops model}"
+STAGES="${STAGES:-tests check host paths ops model}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/driver.log") 2>&1
 log() { echo "[run_h200 +${SECONDS}s] $*"; }
@@ -95,13 +98,23 @@ stage_tests() {
   fi
   grep -E "passed|failed|error|exit" "$OUT/tests.log" | tail -8
 }
+stage_check() {
+  log "smoke check of the newest paths (child processes)"
+  local line
+  line=$(python3 bench/check_paths.py --variant-dir "$CUDA_DIR" | tee /dev/stderr | tail -1)
+  case "$line" in
+    FUSED_MLP_CUDA_DISABLE=?*) export "$line"; log "switched off for the later stages: $line" ;;
+    FUSED_MLP_CUDA_DISABLE=) ;;
+    *) log "check_paths gave no verdict; nothing switched off" ;;
+  esac
+}
 stage_host() {
   log "host-cost breakdown"
   python3 bench/host_cost.py "${LOAD[@]}" --json "$OUT/host.json" || log "host_cost failed"
 }
 stage_paths() {
   log "path table sweep (every implementation of every step)"
-  python3 bench/bench_paths.py "${LOAD[@]}" --json "$OUT/paths.json" || log "bench_paths failed"
+  timeout 150 python3 bench/bench_paths.py "${LOAD[@]}" --json "$OUT/paths.json" || log "bench_paths failed or timed out"
 }
 stage_ops() {
   log "op tables"

@@ -45,8 +45,14 @@ def summarize(folder: Path) -> str:
         rows = ["| host µs per call (M=16, bf16) | µs |", "|---|---|"]
         rows += [f"| {k} | {v:.2f} |" for k, v in host["host_us"].items() if v is not None]
         parts.append("\n".join(rows))
-    if (folder / "paths.json").is_file():
-        best = json.loads((folder / "paths.json").read_text())["best"]
+    best = (
+        json.loads((folder / "paths.json").read_text()).get("best")
+        if (folder / "paths.json").is_file()
+        else None
+    )
+    if (folder / "paths.json").is_file() and best is None:
+        parts.append("path sweep incomplete (stopped or timed out): its rows so far are in paths.json")
+    if best is not None:
         rows = ["| step | M | fastest in a graph | GPU µs (graph) | fastest in a stream | wall µs (stream) |",
                 "|---|---|---|---|---|---|"]  # fmt: skip
         for b in best:

@@ -1,0 +1,112 @@
+"""Smoke check of the stable-ABI variant's newest implementation paths before the benchmarks use them.
+
+Each group below runs in a child process (a kernel that faults leaves its CUDA context unusable, so it
+must not take the benchmarks' processes with it): forced to that implementation, a few calls against
+float64. The last line printed is `FUSED_MLP_CUDA_DISABLE=<impls>` naming every group that failed (empty
+when all passed); bench/run_h200.sh exports it, so later stages run those steps' fallbacks
+(kernel_src/fused_mlp/cuda/paths.py) and the tables still fill. Takes a few seconds per group.
+
+    python bench/check_paths.py --variant-dir DIST/build/torch-stable-abi211-cu130-x86_64-linux
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# group -> the implementation FUSED_MLP_CUDA_DISABLE turns off when the group fails.
+GROUPS = {"tma": "tma"}
+TOL = 2.5e-2  # bf16, forward and backward (tests/kernels/kernel_numerics.py)
+
+
+def check_tma(kernel) -> list[str]:
+    """The Hopper kernels from C++: linear and gate_up (inference; training with the (g, u) store)."""
+    import torch
+
+    ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
+    d, failures = torch.bfloat16, []
+
+    def rnd(*shape, scale=1.0, grad=False):
+        return (torch.randn(*shape, device="cuda") * scale).to(d).requires_grad_(grad)
+
+    def rel(out, want):
+        out = out.double()
+        return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
+
+    for rows in (1, 300, 1100, 4096):
+        for step in ("linear", "gate_up"):
+            ns.cuda_set_path(step, "tma")
+            try:
+                x = rnd(rows, 768)
+                if step == "linear":
+                    w, b = rnd(1024, 768, scale=768**-0.5), rnd(1024)
+                    got = kernel.linear(x, w, b, "gelu_tanh")
+                    want = torch.nn.functional.gelu(
+                        x.double() @ w.double().T + b.double(), approximate="tanh"
+                    )
+                    errs = {"forward": rel(got, want)}
+                else:
+                    wg, wu = (rnd(3072, 768, scale=768**-0.5, grad=True) for _ in range(2))
+                    wd = rnd(768, 3072, scale=3072**-0.5, grad=True)
+                    xg = x.clone().requires_grad_()
+                    got = kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh")
+                    p64 = [t.detach().double().requires_grad_() for t in (xg, wg, wu, wd)]
+                    g = torch.nn.functional.gelu(p64[0] @ p64[1].T, approximate="tanh")
+                    want = (g * (p64[0] @ p64[2].T)) @ p64[3].T
+                    up = torch.randn_like(want)
+                    mine = torch.autograd.grad(got, (xg, wg, wu, wd), up.to(d))
+                    theirs = torch.autograd.grad(want, p64, up)
+                    errs = {"forward": rel(got, want)}
+                    errs.update({f"grad {i}": rel(a, b) for i, (a, b) in enumerate(zip(mine, theirs))})
+                torch.cuda.synchronize()
+            finally:
+                ns.cuda_set_path(step, "table")
+            bad = {k: v for k, v in errs.items() if not v <= TOL}
+            print(f"tma {step} M={rows}: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()), flush=True)
+            failures += [f"{step} M={rows} {k} {v:.1e}" for k, v in bad.items()]
+    return failures
+
+
+def child(group: str, variant_dir: Path) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import harness
+
+    kernel = harness.import_variant_dir(variant_dir, "check")
+    if getattr(kernel, "BACKEND", None) != "cuda":
+        print(f"{group}: the variant does not run its CUDA backend here ({kernel.BACKEND}); nothing to check")
+        return 0
+    failures = {"tma": check_tma}[group](kernel)
+    for f in failures:
+        print(f"{group} FAILED: {f}", flush=True)
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant-dir", type=Path, required=True, help="the built stable-ABI variant dir")
+    parser.add_argument("--child", choices=sorted(GROUPS), help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=int, default=90, help="seconds per group")
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child, args.variant_dir)
+    disable = [v for v in os.environ.get("FUSED_MLP_CUDA_DISABLE", "").split(",") if v]
+    for group, impl in GROUPS.items():
+        cmd = [sys.executable, __file__, "--variant-dir", str(args.variant_dir), "--child", group]
+        try:
+            proc = subprocess.run(cmd, timeout=args.timeout, check=False)
+            ok = proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            print(f"{group}: timed out after {args.timeout} s", flush=True)
+            ok = False
+        print(f"{group}: {'ok' if ok else 'FAILED: later stages run without ' + impl}", flush=True)
+        if not ok and impl not in disable:
+            disable.append(impl)
+    print(f"FUSED_MLP_CUDA_DISABLE={','.join(disable)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
