@@ -11,7 +11,7 @@
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS). Each stage has a time
-# limit (tests 100+90 s, check 90 s per group, paths 150 s, ops 120 s, model 150 s) and writes its JSON as it
+# limit (tests 130+90 s, check 90 s per group, paths 150 s, ops 120 s, model 150 s) and writes its JSON as it
 # goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
 # kernels) in a child process first; a failing one is switched off (FUSED_MLP_CUDA_DISABLE) for the later
 # stages, which then run its step's fallback, and the log says so.
@@ -89,7 +89,7 @@ fi
 
 stage_tests() {
   log "GPU tests: tests/cuda against the built stable-ABI variant, tests/kernels (Triton)"
-  FUSED_MLP_VARIANT_DIR="$CUDA_DIR" timeout 100 python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda \
+  FUSED_MLP_VARIANT_DIR="$CUDA_DIR" timeout 130 python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda \
     >> "$OUT/tests.log" 2>&1
   echo "tests/cuda exit $?" >> "$OUT/tests.log"
   if [ "$QUICK" != 1 ]; then

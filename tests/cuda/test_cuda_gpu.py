@@ -285,23 +285,34 @@ def test_inference_every_implementation(dtype, step, impl):
                         )
 
 
-def test_inference_and_autograd_ops_agree_bit_for_bit():
+def test_inference_and_training_forwards_agree():
+    """The MLP's inference and training forwards run the same kernels: equal bit for bit. The gated training
+    forward also keeps (g, u): where gate_up is the portable fused kernel (<= 256 rows on sm_90a), which keeps
+    them in registers only, training runs split instead (g, u rounded to the dtype before act(g) * u, as
+    eager does), so y agrees within the dtype's tolerance there and bit for bit where both run the Hopper
+    kernel (its epilogue computes h the same way whether or not it stores g, u)."""
     d = torch.bfloat16
     x = randn(3, 7, 128, dtype=d, device=DEV)
     ws = [randn(256, 128, dtype=d, device=DEV, scale=0.1), randn(64, 256, dtype=d, device=DEV, scale=0.1)]
     bs = [randn(256, dtype=d, device=DEV), randn(64, dtype=d, device=DEV)]
     wg, wu, wd = (randn(*s, dtype=d, device=DEV, scale=0.1) for s in ((192, 128), (192, 128), (128, 192)))
     assert torch.equal(NS.cuda_mlp_infer(x, ws, bs, "gelu"), NS.cuda_mlp(x, ws, bs, "gelu")[-1])
-    assert torch.equal(
-        NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu"), NS.cuda_gated_mlp(x, wg, wu, wd, "silu")[0]
-    )
+    assert torch.equal(NS.cuda_mlp_infer(x, ws, bs, "gelu"), NS.cuda_mlp_train(x, ws, bs, "gelu")[-1])
     assert NS.cuda_mlp_infer(x, ws, bs, "gelu").shape == (3, 7, 64)
+    want = ref.gated_mlp(*as64(x, wg, wu, wd), "silu")
     y, h, gu = NS.cuda_gated_mlp_train(x, wg, wu, wd, "silu")
-    assert torch.equal(y, NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu")) and gu.shape == (2, 21, 192)
+    assert_close(y, want, d, "gated training forward")
+    assert gu.shape == (2, 21, 192), gu.shape
+    assert torch.equal(y, NS.cuda_gated_mlp(x, wg, wu, wd, "silu")[0])
+    assert_close(NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu"), want, d, "gated inference forward")
     g64, u64 = (x.double().reshape(21, 128) @ w.double().T for w in (wg, wu))
     assert_close(gu[0], g64, d, "saved g")
     assert_close(gu[1], u64, d, "saved u")
     assert_close(h.reshape(21, 192), torch.nn.functional.silu(g64) * u64, d, "saved h")
+    if torch.cuda.get_device_capability() == (9, 0):
+        with forced("gate_up", "tma"):
+            assert torch.equal(NS.cuda_gated_mlp_train(x, wg, wu, wd, "silu")[0],
+                               NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu"))  # fmt: skip
 
 
 def test_opcheck_inference_ops():
@@ -461,7 +472,7 @@ print("rel", ((y.double() - want).norm() / want.norm()).item())
 # ---- training: eager autograd.Function path, saved (g, u), every gate_up implementation ---------------------
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))  # fp32 runs split whatever is forced
 @pytest.mark.parametrize("impl", ("tma", "triton", "split"))
 def test_gated_training_every_gate_up_implementation(dtype, impl):
     """Forward + backward of gated_mlp with gate_up forced (the training forward stores (g, u): tma from its
