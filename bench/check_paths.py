@@ -59,7 +59,9 @@ def check_tma(kernel) -> list[str]:
                     up = torch.randn_like(want)
                     mine = torch.autograd.grad(got, (xg, wg, wu, wd), up.to(d))
                     theirs = torch.autograd.grad(want, p64, up)
-                    errs = {"forward": rel(got, want)}
+                    with torch.no_grad():
+                        inferred = kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")
+                    errs = {"forward": rel(got, want), "inference": rel(inferred, want)}
                     errs.update({f"grad {i}": rel(a, b) for i, (a, b) in enumerate(zip(mine, theirs))})
                 torch.cuda.synchronize()
             finally:

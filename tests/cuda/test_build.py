@@ -6,6 +6,7 @@ table, and a call says it needs a CUDA device. ~2 min of compile on 2 cores (lon
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -127,3 +128,51 @@ def test_cibuildwheel_repair_check_passes_on_the_wheel(built):
 
     _, _, out = built
     assert check_wheel.main([str(out / "wheelhouse")]) == 0
+
+
+def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
+    """The C++ launcher's own choices, host only (tests/cuda/cpp/cubin_selection.cu against this build's
+    generated table): the Hopper tile alternative by last-wave fill (128x256 on N=1024, 128x128 on N=768, as
+    configs.tma_config), the persistent grid min(SMs, tiles), the (g, u)-storing gate/up cubin for training,
+    the path table per M (eager and captured), and FUSED_MLP_CUDA_DISABLE turning tma off."""
+    _, _, out = built
+    tools = build_variant.find_toolchain(os.environ.get("KERNEL_HUB_CUDA_PYTHON"))
+    torch_dir = subprocess.run([tools.python, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
+                               capture_output=True, text=True, check=True).stdout.split()[-1]  # fmt: skip
+    csrc = REPO / "kernel_src" / "fused_mlp" / "cuda" / "csrc"
+    probe = tmp_path / "probe"
+    cmd = [str(tools.cuda_home / "bin" / "nvcc"), "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-DUSE_CUDA",
+           "-DTORCH_TARGET_VERSION=0x020b000000000000", f"-DFUSED_MLP_NS={NAMESPACE}", f"-I{csrc}",
+           f"-I{torch_dir}/include", str(REPO / "tests" / "cuda" / "cpp" / "cubin_selection.cu"),
+           str(csrc / "triton_launch.cu"), str(out / "work" / "gen" / embed_cubins.GEN_SOURCE), "-o", str(probe),
+           f"-L{tools.cuda_home / 'lib64'}", "-lcudart"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def run(**env) -> str:
+        result = subprocess.run(
+            [str(probe)], capture_output=True, text=True, env={**os.environ, **env}, check=False
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    text = run()
+    expect = [
+        r"tma_linear M=8192 N=1024: tma_gemm_kernel 128x256 programs 132 scratch \d+ pdl 0 store 0",
+        r"tma_linear M=8192 N=768: tma_gemm_kernel 128x128 programs 132 ",
+        r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 0",
+        r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 1",
+        r"tma_gate_up M=1024 N=3072: tma_gate_up_kernel 128x64 programs 132 scratch \d+ pdl 1 store 0",
+        r"linear M=16 N=1024: linear_kernel 16x16 programs 64 scratch 0 pdl 1",
+        r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x8192 programs 384 ",
+        # Impl codes: 0 triton, 1 cublaslt, 2 split, 3 cuda, 4 tma
+        r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3",
+        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
+        r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
+        r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 3",
+    ]
+    for pattern in expect:
+        assert re.search(pattern, text), f"{pattern!r} not in:\n{text}"
+    off = run(FUSED_MLP_CUDA_DISABLE="tma,triton")
+    assert re.search(r"path M=8192 captured 0: gate_up 2 linear 1 act_and_mul 3", off), off
+    assert re.search(r"path M=1 captured 1: gate_up 2 linear 1 act_and_mul 3", off), off

@@ -121,7 +121,7 @@ void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, con
   if (p.n == 0) return;
   if (p.cubin != nullptr) {
     const KArg args[] = {gate, up, out, static_cast<int32_t>(p.n)};
-    launch_cubin(*p.cubin, cdiv(p.n, p.cubin->block_n), args, 4, nullptr, c.stream, "act_and_mul");
+    launch_cubin(*p.cubin, cubin_programs(*p.cubin, 1, p.n, c.sms), args, 4, nullptr, c.stream, "act_and_mul");
     return;
   }
   act_and_mul(gate, up, out, p.n, p.act, p.dtype, c.stream);

@@ -241,6 +241,7 @@ const TritonCubin* find_cubin(const CubinQuery& q) {
 }
 
 long long cubin_programs(const TritonCubin& c, long long rows, long long cols, int sms) {
+  if (c.block_m == 0) return cdiv(rows * cols, c.block_n);  // elementwise: block_n elements per program
   const long long tiles = cdiv(rows, c.block_m) * cdiv(cols, c.block_n);
   return c.impl == static_cast<int>(Impl::Tma) && tiles > sms ? sms : tiles;
 }

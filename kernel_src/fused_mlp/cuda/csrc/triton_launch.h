@@ -79,7 +79,7 @@ struct CubinQuery {
 // kWaveFill of the last wave of `sms` programs, else the fullest (configs.tma_config's rule).
 const TritonCubin* find_cubin(const CubinQuery& q);
 // Programs of a launch of `c` over a rows x cols output: one per tile, or for the persistent Hopper family
-// min(SMs, tiles) (each program walks tiles pid, pid + grid, ...).
+// min(SMs, tiles) (each program walks tiles pid, pid + grid, ...); elementwise kernels: one per block_n elements.
 long long cubin_programs(const TritonCubin& c, long long rows, long long cols, int sms);
 
 // One kernel argument: a device pointer or a 32-bit integer.
