@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import socket
 import subprocess
 import sys
@@ -119,6 +122,25 @@ def register(subparsers) -> None:
     )
     p.add_argument("--max-commit-bytes", type=int, default=512 * 1024 * 1024)
     p.add_argument(
+        "--workers", type=int, default=1, help="worker processes sharing the port (production: 2-4 per core)"
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="close a request head not complete in S s (408)",
+    )
+    p.add_argument(
+        "--body-timeout", type=float, default=30.0, metavar="S", help="408 when a request body pauses for S s"
+    )
+    p.add_argument(
+        "--accel-redirect",
+        metavar="PREFIX",
+        help="nginx internal location mapped to <data>/blobs/: file bodies are answered with "
+        "X-Accel-Redirect and streamed by nginx (docs/SERVING.md)",
+    )
+    p.add_argument(
         "--matrix",
         type=Path,
         help="build/matrix.toml whose environments the kernel pages' matrix shows "
@@ -134,20 +156,55 @@ def register(subparsers) -> None:
     p.set_defaults(func=_serve)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+SERVE_ARGS_ENV = "KERNEL_HUB_SERVE_ARGS"  # how `serve` hands its options to every worker process
 
+
+def _serve(args: argparse.Namespace) -> int:
+    from registry.hub.server import run
+
+    os.environ[SERVE_ARGS_ENV] = json.dumps(
+        {
+            "data": str(args.data),
+            "public_url": args.public_url,
+            "page_size": args.page_size,
+            "lfs_threshold": args.lfs_threshold,
+            "max_commit_bytes": args.max_commit_bytes,
+            "accel_prefix": args.accel_redirect,
+            "body_timeout_s": args.body_timeout,
+            "extension_routes": not args.no_extensions,
+            "matrix": str(args.matrix) if args.matrix else None,
+            "log_level": logging.getLogger("registry").getEffectiveLevel(),
+        }
+    )
+    run(
+        f"{__name__}:app_from_env",
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        head_timeout_s=args.head_timeout,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def app_from_env():
+    """The app of one worker process, from the options `serve` put in the environment."""
+    from registry.cli import setup_logging
     from registry.hub.app import create_app
     from registry.hub.web import HubConfig
     from registry.matrix.files import MatrixSection
 
+    opts = json.loads(os.environ[SERVE_ARGS_ENV])
+    setup_logging()  # a spawned worker starts without the CLI's log setup
+    logging.getLogger("registry").setLevel(opts["log_level"])
     config = HubConfig(
-        public_url=args.public_url,
-        page_size=args.page_size,
-        lfs_threshold=args.lfs_threshold,
-        max_commit_bytes=args.max_commit_bytes,
-        extension_routes=not args.no_extensions,
+        public_url=opts["public_url"],
+        page_size=opts["page_size"],
+        lfs_threshold=opts["lfs_threshold"],
+        max_commit_bytes=opts["max_commit_bytes"],
+        accel_prefix=opts["accel_prefix"],
+        body_timeout_s=opts["body_timeout_s"],
+        extension_routes=opts["extension_routes"],
     )
-    app = create_app(args.data, config=config, extensions=[MatrixSection(args.matrix)])
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    return 0
+    matrix = Path(opts["matrix"]) if opts["matrix"] else None
+    return create_app(Path(opts["data"]), config=config, extensions=[MatrixSection(matrix)])

@@ -1,31 +1,38 @@
-"""The ASGI app: one Starlette catch-all route that dispatches on the raw path (see routing.py)
-and turns HubError into the answers of errors.ERROR_TABLE.
+"""The ASGI app: every HTTP request goes through `HubApp.__call__`, which routes on the raw path
+(routing.py), runs the handler off the event loop, and turns every failure into the answers of
+errors.ERROR_TABLE. No request reaches a Starlette router or error page, so every path gets the hub's
+error format (a `%0a` in a path included).
+
+Handlers are plain functions run in the thread pool (SQLite, hashing and parsing never block the
+loop); their request body, if any, is read here first, bounded and with an idle timeout. The two
+streaming handlers (the NDJSON commit and the LFS PUT) are coroutines that offload their own work.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route as StarletteRoute
+from starlette.types import Receive, Scope, Send
 
 from . import commits, files, lfs, orgs, pages, refs, repos
 from .errors import HubError
 from .pages import PageSection
-from .routing import Route, find, split_raw_path
+from .routing import find, split_raw_path
 from .storage import db
 from .storage.accounts import Accounts
 from .storage.blobs import BlobStore
 from .storage.repos import RepoStore
 from .web import Call, Hub, HubConfig, error_response
 
-log = logging.getLogger("kernel_hub")
+log = logging.getLogger(__name__)
 
 # Order matters: the first match wins. Literal routes (api/organizations/..., api/kernel-hub/...) come
 # before `api/{T}/{ns}/{name}`, and the model routes `{ns}/{name}/...` come last.
@@ -41,7 +48,7 @@ ROUTES = [
 ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
 # Our routes beyond the HF Hub API (docs/HUB_PROTOCOL.md): left out when HubConfig.extension_routes is False.
 EXTENSION_HANDLERS = frozenset({orgs.list_keys, orgs.add_key, refs.ref_update})
-METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def open_hub(
@@ -53,26 +60,81 @@ def open_hub(
     return Hub(RepoStore(engine), accounts, blobs, config, accounts.secret(), tuple(extensions))
 
 
-async def _answer(hub: Hub, routes: list[Route], request: Request, request_id: str) -> Response:
-    try:
-        segs = split_raw_path(request.scope.get("raw_path") or request.scope["path"].encode())
-    except UnicodeDecodeError:
-        return error_response(
-            HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding")
-        )
-    route, params, path_matched = find(routes, request.method, segs)
-    try:
-        if route is None:
-            kind = "MethodNotAllowed" if path_matched else "NotFound"
-            raise HubError(kind, f"no {request.method} endpoint at {request.url.path} on this hub")
-        call = Call(hub, request, params)
-        call.authenticate()
-        return await route.handler(call)
-    except HubError as e:
-        return error_response(e)
-    except Exception:
-        log.exception("internal error %s on %s %s", request_id, request.method, request.url.path)
-        return error_response(HubError("Internal", f"internal server error {request_id}; see the hub log"))
+class HubApp:
+    """The hub as an ASGI application (HTTP and lifespan); `.hub` holds its stores and config."""
+
+    def __init__(self, hub: Hub):
+        self.hub = hub
+        ext = hub.config.extension_routes
+        self.routes = ROUTES if ext else [r for r in ROUTES if r.handler not in EXTENSION_HANDLERS]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets: not served; the server closes the connection
+        request = Request(scope, receive)
+        request_id = uuid.uuid4().hex
+        try:
+            response = await self._answer(request, request_id)
+            if response is None:
+                return
+            response.headers["X-Request-Id"] = request_id  # the client quotes it in its error messages
+            await response(scope, receive, send)
+        except (ClientDisconnect, OSError) as e:
+            # The client went away mid-request or mid-answer: nothing to answer, nothing broken.
+            log.info("client disconnected %s on %s %s (%s)", request_id, request.method, _path(request), e)
+
+    async def _answer(self, request: Request, request_id: str) -> Response | None:
+        try:
+            segs = split_raw_path(request.scope.get("raw_path") or request.scope["path"].encode())
+        except UnicodeDecodeError:
+            return error_response(
+                HubError("BadRequest", "the request path is not valid UTF-8 after percent-decoding")
+            )
+        route, params, path_matched = find(self.routes, request.method, segs)
+        try:
+            if route is None:
+                kind = "MethodNotAllowed" if path_matched else "NotFound"
+                raise HubError(kind, f"no {request.method} endpoint at {_path(request)} on this hub")
+            call = Call(self.hub, request, params)
+            if inspect.iscoroutinefunction(route.handler):
+                await run_in_threadpool(call.authenticate)
+                return await route.handler(call)
+            if request.method in BODY_METHODS:
+                call.raw = await call.body(self.hub.config.max_json_bytes)
+            return await run_in_threadpool(_run, route.handler, call)
+        except HubError as e:
+            return error_response(e)
+        except ClientDisconnect:
+            raise
+        except Exception:
+            log.exception("internal error %s on %s %s", request_id, request.method, _path(request))
+            return error_response(
+                HubError("Internal", f"internal server error {request_id}; see the hub log")
+            )
+
+
+def _run(handler, call: Call) -> Response:
+    call.authenticate()
+    return handler(call)
+
+
+def _path(request: Request) -> str:
+    """The path as the client sent it (still percent-encoded: safe for a log line)."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    return raw.decode("latin-1")
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def create_app(
@@ -80,20 +142,9 @@ def create_app(
     public_url: str | None = None,
     config: HubConfig | None = None,
     extensions: Sequence[PageSection] = (),
-) -> Starlette:
+) -> HubApp:
     """The hub as an ASGI app; `extensions` are HTML blocks its kernel pages show under each version."""
     cfg = config or HubConfig()
     if public_url:
         cfg = replace(cfg, public_url=public_url)
-    hub = open_hub(Path(data_dir), cfg, extensions=extensions)
-    routes = ROUTES if cfg.extension_routes else [r for r in ROUTES if r.handler not in EXTENSION_HANDLERS]
-
-    async def dispatch(request: Request):
-        request_id = uuid.uuid4().hex
-        response = await _answer(hub, routes, request, request_id)
-        response.headers["X-Request-Id"] = request_id  # the client quotes it in its error messages
-        return response
-
-    app = Starlette(routes=[StarletteRoute("/{path:path}", dispatch, methods=METHODS)])
-    app.state.hub = hub
-    return app
+    return HubApp(open_hub(Path(data_dir), cfg, extensions=extensions))

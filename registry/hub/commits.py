@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 
 import yaml
 from starlette.concurrency import run_in_threadpool
@@ -18,14 +17,14 @@ from .manifest import FileEntry, Op
 from .repos import iso
 from .routing import route
 from .storage.blobs import StagedBlob
-from .web import Call, ok
+from .web import Call, ok, parse_json
 
 MAX_PREUPLOAD_FILES = 1000
 LFS_OPT_IN_HEADER = "x-kernel-hub-lfs"  # HfApi(headers={"X-Kernel-Hub-Lfs": "1"}) with HF_HUB_DISABLE_XET=1
 OPT_IN_LFS_THRESHOLD = 10 * 1024 * 1024
 
 
-async def list_commits(call: Call):
+def list_commits(call: Call):
     repo = call.repo()
     commit_id = call.hub.store.resolve(repo, call.p["rev"])
     history = call.hub.store.history(repo, commit_id)
@@ -62,9 +61,9 @@ def upload_mode(size: int, threshold: int | None) -> str:
     return "lfs" if threshold is not None and size > 0 and size >= threshold else "regular"
 
 
-async def preupload(call: Call):
+def preupload(call: Call):
     repo = call.repo(write=True)
-    body = await call.json()
+    body = call.json()
     files = body.get("files")
     if not isinstance(files, list) or len(files) > MAX_PREUPLOAD_FILES:
         raise HubError("BadRequest", f"'files' must be a list of at most {MAX_PREUPLOAD_FILES} entries")
@@ -103,19 +102,23 @@ class CommitParser:
         self.staged: list[StagedBlob] = []
         self.lineno = 0
 
-    async def feed(self, line: bytes) -> None:
+    def feed(self, lines: list[bytes]) -> None:
+        """Parse complete lines (run in a worker thread: JSON, base64 and hashing are CPU work)."""
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
         self.lineno += 1
         if not line.strip():
             return
-        try:
-            obj = json.loads(line)
-            key, value = obj["key"], obj["value"]
-            if not isinstance(value, dict):
-                raise TypeError("value is not an object")
-        except (ValueError, KeyError, TypeError) as e:
+        obj = parse_json(line, f"commit line {self.lineno}", self.call.hub.config.max_json_depth)
+        key = obj.get("key") if isinstance(obj, dict) else None
+        value = obj.get("value") if isinstance(obj, dict) else None
+        if not isinstance(key, str) or not isinstance(value, dict):
             raise HubError(
-                "BadRequest", f"commit line {self.lineno} is not a JSON object {{key, value}}: {e}"
-            ) from None
+                "BadRequest",
+                f"commit line {self.lineno} is not a JSON object {{key: <str>, value: <object>}}",
+            )
         if self.header is None and key != "header":
             raise HubError(
                 "BadRequest", f"commit line {self.lineno}: the first line must be the header, got {key!r}"
@@ -123,7 +126,7 @@ class CommitParser:
         if key == "header":
             self._header(value)
         elif key == "file":
-            await self._file(value)
+            self._file(value)
         elif key == "lfsFile":
             self._lfs_file(value)
         elif key in ("deletedFile", "deletedFolder"):
@@ -141,9 +144,11 @@ class CommitParser:
         if parent is not None and (not isinstance(parent, str) or not validate.HEX_PREFIX.match(parent)):
             raise HubError("BadRequest", f"parentCommit must be 5-40 lowercase hex digits, got {parent!r}")
         description = value.get("description") or ""
-        self.header = {"summary": summary.strip(), "description": str(description), "parent": parent}
+        if not isinstance(description, str):
+            raise HubError("BadRequest", "the commit header's 'description' must be a string")
+        self.header = {"summary": summary.strip(), "description": description, "parent": parent}
 
-    async def _file(self, value: dict) -> None:
+    def _file(self, value: dict) -> None:
         path = validate.file_path(value.get("path"))
         content, encoding = value.get("content"), value.get("encoding", "base64")
         if not isinstance(content, str) or encoding not in ("base64", "utf-8"):
@@ -154,7 +159,7 @@ class CommitParser:
             data = base64.b64decode(content, validate=True) if encoding == "base64" else content.encode()
         except binascii.Error:
             raise HubError("BadRequest", f"file {path!r}: content is not valid base64") from None
-        blob = await run_in_threadpool(self.call.hub.blobs.stage_bytes, data)
+        blob = self.call.hub.blobs.stage_bytes(data)
         self.staged.append(blob)
         self.ops.append(Op("file", path, FileEntry(blob.sha256, blob.size, blob.sha1, False)))
 
@@ -171,7 +176,7 @@ class CommitParser:
                 "through the LFS batch API first",
             )
         size = value.get("size")
-        if size is not None and size != known:
+        if size is not None and (not isinstance(size, int) or size != known):
             raise HubError(
                 "LfsObjectMismatch", f"lfsFile {path!r}: size {size} differs from the stored {known}"
             )
@@ -187,31 +192,33 @@ class CommitParser:
 
 
 async def _parse(call: Call, parser: CommitParser) -> None:
+    """Feed the NDJSON body to `parser` line by line; the parsing runs in worker threads."""
     stream = call.stream(call.hub.config.max_commit_bytes)
     buf = bytearray()
     try:
         async for chunk in stream:
-            start = len(buf)
             buf += chunk
-            nl = buf.find(b"\n", start)
-            while nl >= 0:
-                line = bytes(buf[:nl])
-                del buf[: nl + 1]
-                await parser.feed(line)
-                nl = buf.find(b"\n")
-        await parser.feed(bytes(buf))
+            nl = chunk.rfind(b"\n")  # search the new chunk only: one huge line stays linear
+            if nl >= 0:
+                end = len(buf) - len(chunk) + nl
+                lines = bytes(buf[:end]).split(b"\n")
+                del buf[: end + 1]
+                await run_in_threadpool(parser.feed, lines)
+        await run_in_threadpool(parser.feed, [bytes(buf)])
         if parser.header is None:
             raise HubError("BadRequest", "empty commit body: expected NDJSON starting with a header line")
-    except BaseException:
-        try:
-            async for _ in stream:  # drain, so the client reads our answer
+    except HubError as e:
+        if e.kind not in ("PayloadTooLarge", "RequestTimeout"):
+            try:
+                async for _ in stream:  # drain (bounded by the stream), so the client reads our answer
+                    pass
+            except HubError:
                 pass
-        except HubError:
-            pass
         raise
 
 
-async def commit(call: Call):
+def _commit_target(call: Call):
+    """(repo, branch) of a commit request, checked before its body is read."""
     repo = call.repo(write=True)
     if call.request.query_params.get("create_pr") in ("1", "true", "True"):
         raise HubError("BadRequest", "pull requests are not supported by this hub; commit to a branch")
@@ -221,11 +228,17 @@ async def commit(call: Call):
         raise HubError(
             "RevisionNotFound", f"branch {rev!r} does not exist in {repo.repo_id}; commits go to a branch"
         )
+    return repo, branch
+
+
+async def commit(call: Call):
+    """The NDJSON commit: streamed (up to max_commit_bytes), so it stays a coroutine."""
+    repo, branch = await run_in_threadpool(_commit_target, call)
     parser = CommitParser(call, repo)
     try:
         await _parse(call, parser)
         h = parser.header
-        commit_id = await call.write(
+        commit_id = await run_in_threadpool(
             call.hub.store.commit,
             repo,
             branch,
@@ -237,14 +250,18 @@ async def commit(call: Call):
             before_write=parser.promote,
         )
     finally:
-        parser.discard()  # no-op for promoted blobs (their temp files are gone)
+        await run_in_threadpool(parser.discard)  # no-op for promoted blobs (their temp files are gone)
     url = f"{call.repo_url(repo)}/commit/{commit_id}"
     return ok({"success": True, "commitOid": commit_id, "commitUrl": url, "commitMessage": h["summary"]})
 
 
-async def validate_yaml(call: Call):
+MAX_FRONT_MATTER_BYTES = 256 * 1024
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: fast, and it bounds nesting
+
+
+def validate_yaml(call: Call):
     """Checks the README front matter parses as a YAML mapping. Errors are JSON too (row 21)."""
-    body = await call.json()
+    body = call.json()
     content = body.get("content")
     if not isinstance(content, str):
         raise HubError("BadRequest", "'content' must be the README text")
@@ -253,12 +270,17 @@ async def validate_yaml(call: Call):
         end = content.find("\n---", 3)
         if end < 0:
             errors.append({"message": "the YAML front matter starting with '---' is not closed by '---'"})
+        elif end > MAX_FRONT_MATTER_BYTES:
+            raise HubError(
+                "PayloadTooLarge",
+                f"the YAML front matter is {end} characters; at most {MAX_FRONT_MATTER_BYTES} are checked here",
+            )
         else:
             try:
-                meta = yaml.safe_load(content[3:end])
+                meta = yaml.load(content[3:end], Loader=_YAML_LOADER)  # a safe loader (Safe or CSafe)
                 if meta is not None and not isinstance(meta, dict):
                     errors.append({"message": "the YAML front matter must be a mapping (key: value)"})
-            except yaml.YAMLError as e:
+            except (yaml.YAMLError, RecursionError) as e:
                 errors.append({"message": f"invalid YAML front matter: {e}"})
     if errors:
         raise HubError("BadRequest", errors[0]["message"], body={"errors": errors, "warnings": []})

@@ -28,9 +28,11 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "RefMoved": (412, "RefMoved"),
     "PayloadTooLarge": (413, "PayloadTooLarge"),
     "RangeNotSatisfiable": (416, "RangeNotSatisfiable"),
+    "RequestTimeout": (408, "RequestTimeout"),
     "UnknownLfsObject": (422, "UnknownLfsObject"),
     "LfsObjectMismatch": (422, "LfsObjectMismatch"),
     "Internal": (500, "InternalError"),
+    "BlobDamaged": (500, "BlobDamaged"),
     "XetNotSupported": (501, "XetNotSupported"),
 }
 

@@ -1,20 +1,18 @@
 """File routes: tree listings (paginated with `Link`), paths-info, and resolve HEAD/GET with Range.
-docs/HUB_PROTOCOL.md §2 (tree, paths-info, resolve).
+docs/HUB_PROTOCOL.md §2 (tree, paths-info, resolve). File bodies go out through starlette's
+`FileResponse`, or through nginx by `X-Accel-Redirect` in the production setup (docs/SERVING.md).
 """
 
 from __future__ import annotations
 
-import json
 from urllib.parse import parse_qs, quote
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import FileResponse, MalformedRangeHeader, RangeNotSatisfiable, Response
 
 from . import manifest as mf
 from .errors import HubError
 from .routing import route
 from .web import Call, ok
-
-CHUNK = 1024 * 1024
 
 
 def _page_link(call: Call, commit_id: str, what: str, path: str, cursor: int) -> str:
@@ -45,7 +43,7 @@ def _flag(call: Call, name: str) -> bool:
     return call.request.query_params.get(name, "false").lower() in ("1", "true")
 
 
-async def list_tree(call: Call):
+def list_tree(call: Call):
     repo = call.repo()
     commit_id = call.hub.store.resolve(repo, call.p["rev"])
     folder = call.p.get("path", "").strip("/")
@@ -54,52 +52,54 @@ async def list_tree(call: Call):
     return ok(page, headers=headers)
 
 
-async def paths_info(call: Call):
+MAX_PATHS_INFO = 10_000
+
+
+def paths_info(call: Call):
     repo = call.repo()
     commit_id = call.hub.store.resolve(repo, call.p["rev"])
-    raw = await call.body(call.hub.config.max_json_bytes)
-    ctype = call.request.headers.get("content-type", "")
-    if "json" in ctype:
-        try:
-            paths = json.loads(raw).get("paths", [])
-        except (ValueError, AttributeError):
-            raise HubError(
-                "BadRequest", 'paths-info body must be JSON {"paths": [...]} or form paths=...'
-            ) from None
+    if "json" in call.request.headers.get("content-type", ""):
+        paths = call.json().get("paths", [])
     else:
-        paths = parse_qs(raw.decode("utf-8", "replace")).get("paths", [])
+        paths = parse_qs(call.raw.decode("utf-8", "replace"), max_num_fields=MAX_PATHS_INFO + 1).get(
+            "paths", []
+        )
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise HubError(
+            "BadRequest", 'paths-info takes {"paths": [<path>, ...]} (JSON) or paths=<path> (form)'
+        )
+    if len(paths) > MAX_PATHS_INFO:
+        raise HubError(
+            "BadRequest", f"paths-info takes at most {MAX_PATHS_INFO} paths per request; split the list"
+        )
     manifest = call.hub.store.manifest(repo, commit_id)
-    out = [e for e in (mf.entry_json(manifest, str(p).strip("/")) for p in paths) if e is not None]
+    out = [e for e in (mf.entry_json(manifest, p.strip("/")) for p in paths) if e is not None]
     return ok(out)
 
 
-def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """(start, end inclusive) of a single `bytes=` range, None for the whole file; 416 if unsatisfiable."""
-    if not header:
-        return None
-    unit, _, spec = header.partition("=")
-    if unit.strip() != "bytes" or "," in spec:
-        return None  # unsupported forms are answered with the whole file, as RFC 9110 allows
-    first, _, last = spec.strip().partition("-")
-    try:
-        if first == "":
-            n = int(last)
-            start, end = max(size - n, 0), size - 1
-        else:
-            start = int(first)
-            end = min(int(last), size - 1) if last else size - 1
-    except ValueError:
-        return None
-    if start >= size or start > end or start < 0:
-        raise HubError(
-            "RangeNotSatisfiable",
-            f"range {header!r} is outside the file of {size} bytes",
-            headers={"Content-Range": f"bytes */{size}"},
-        )
-    return start, end
+class BlobResponse(FileResponse):
+    """A blob as a file body (Range, HEAD, If-Range by starlette), read in 1 MiB chunks."""
+
+    chunk_size = 1024 * 1024
+
+    @classmethod
+    def check_range(cls, header: str | None, size: int) -> None:
+        """416/400 in the hub's error format for a Range starlette would refuse in plain text."""
+        if not header:
+            return
+        try:
+            cls._parse_range_header(header, size)
+        except RangeNotSatisfiable:
+            raise HubError(
+                "RangeNotSatisfiable",
+                f"range {header!r} is outside the file of {size} bytes",
+                headers={"Content-Range": f"bytes */{size}"},
+            ) from None
+        except MalformedRangeHeader as e:
+            raise HubError("BadRequest", f"malformed Range header {header!r}: {e.content}") from None
 
 
-async def resolve_file(call: Call):
+def resolve_file(call: Call):
     repo = call.repo()
     commit_id = call.hub.store.resolve(repo, call.p["rev"])
     path = call.p["path"]
@@ -110,36 +110,25 @@ async def resolve_file(call: Call):
             f"Entry Not Found: {path!r} does not exist at revision {call.p['rev']!r}",
             headers={"X-Repo-Commit": commit_id},
         )
-    headers = {
-        "X-Repo-Commit": commit_id,
-        "ETag": f'"{entry.oid}"',
-        "Accept-Ranges": "bytes",
-        "Content-Type": "application/octet-stream",
-    }
+    etag = f'"{entry.oid}"'
+    headers = {"X-Repo-Commit": commit_id, "ETag": etag}
     if entry.lfs:
         headers["X-Linked-Etag"] = f'"{entry.sha256}"'
         headers["X-Linked-Size"] = str(entry.size)
-    span = parse_range(call.request.headers.get("range"), entry.size)
-    start, end = span if span else (0, entry.size - 1)
-    status = 206 if span else 200
-    if span:
-        headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
-    headers["Content-Length"] = str(end - start + 1)
-    if call.request.method == "HEAD":
-        return Response(b"", status_code=status, headers=headers)
-    return StreamingResponse(_read(call, entry.sha256, start, end), status_code=status, headers=headers)
-
-
-def _read(call: Call, sha256: str, start: int, end: int):
-    with call.hub.blobs.open(sha256) as f:
-        f.seek(start)
-        left = end - start + 1
-        while left > 0:
-            chunk = f.read(min(CHUNK, left))
-            if not chunk:
-                break
-            left -= len(chunk)
-            yield chunk
+    stat = call.hub.blobs.checked_stat(entry.sha256, entry.size)
+    if_range = call.request.headers.get("if-range")
+    if if_range is None or if_range == etag:
+        BlobResponse.check_range(call.request.headers.get("range"), entry.size)
+    prefix = call.hub.config.accel_prefix
+    if prefix:  # nginx streams the blob; it answers Range and HEAD itself (docs/SERVING.md)
+        headers["X-Accel-Redirect"] = f"{prefix.rstrip('/')}/{call.hub.blobs.relative_path(entry.sha256)}"
+        return Response(b"", headers=headers, media_type="application/octet-stream")
+    return BlobResponse(
+        call.hub.blobs.path(entry.sha256),
+        headers=headers,
+        media_type="application/octet-stream",
+        stat_result=stat,
+    )
 
 
 RESOLVE = "{rev}/{path:path}"

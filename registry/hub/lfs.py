@@ -19,6 +19,7 @@ from .routing import route
 from .web import Call, ok
 
 UPLOAD_TTL_S = 3600
+WRITE_BATCH = 4 * 1024 * 1024
 LFS_JSON = "application/vnd.git-lfs+json"
 
 
@@ -30,12 +31,12 @@ def _lfs_base(call: Call, repo) -> str:
     return f"{call.base_url()}/api/kernel-hub/lfs/{validate.TYPE_PREFIX[repo.type]}/{repo.repo_id}"
 
 
-async def batch(call: Call):
+def batch(call: Call):
     name = call.p["name"]
     if not name.endswith(".git"):
         raise HubError("NotFound", "LFS batch URLs end in '<repo>.git/info/lfs/objects/batch'")
     call.p["name"] = name[: -len(".git")]
-    body = await call.json()
+    body = call.json()
     if body.get("operation") != "upload":
         raise HubError("BadRequest", "only the LFS 'upload' operation is served; download through /resolve")
     repo = call.repo(write=True)
@@ -78,10 +79,9 @@ async def batch(call: Call):
     )
 
 
-async def upload(call: Call):
-    """PUT of the raw bytes to a signed URL: checked against oid and size, then stored and granted."""
+def _upload_target(call: Call, oid: str):
+    """(repo, size) of a PUT to a signed upload URL; Forbidden unless the signature holds."""
     q = call.request.query_params
-    oid = validate.sha256_hex(call.p["oid"])
     type_ = validate.REPO_TYPES.get(call.p["T"])
     repo = call.hub.store.get(type_, call.p["ns"], call.p["name"]) if type_ else None
     try:
@@ -95,28 +95,47 @@ async def upload(call: Call):
     )
     if not good or exp < time.time():
         raise HubError("Forbidden", "LFS upload URL is invalid or expired; ask the batch API for a new one")
-    writer = call.hub.blobs.new_writer()
+    return repo, size
+
+
+async def upload(call: Call):
+    """PUT of the raw bytes to a signed URL: checked against oid and size, then stored and granted.
+    Streamed (up to 50 GiB), so a coroutine; writing and hashing run in worker threads, 4 MiB at a time."""
+    oid = validate.sha256_hex(call.p["oid"])
+    repo, size = await run_in_threadpool(_upload_target, call, oid)
+    writer = await run_in_threadpool(call.hub.blobs.new_writer)
     try:
+        pending: list[bytes] = []
+        pending_bytes = 0
         async for chunk in call.stream(size):
-            writer.write(chunk)
+            pending.append(chunk)
+            pending_bytes += len(chunk)
+            if pending_bytes >= WRITE_BATCH:
+                await run_in_threadpool(writer.write, b"".join(pending))
+                pending, pending_bytes = [], 0
+        await run_in_threadpool(writer.write, b"".join(pending))
         staged = await run_in_threadpool(writer.finish)
     except BaseException:
         writer.abort()
         raise
+    await run_in_threadpool(_store_upload, call, repo, oid, size, staged)
+    return ok({})
+
+
+def _store_upload(call: Call, repo, oid: str, size: int, staged) -> None:
     if staged.sha256 != oid or staged.size != size:
         call.hub.blobs.discard(staged)
         raise HubError(
             "LfsObjectMismatch",
             f"uploaded bytes have sha256 {staged.sha256} and size {staged.size}, expected {oid} and {size}",
         )
-    await run_in_threadpool(call.hub.blobs.promote, staged)
-    await call.write(call.hub.store.grant_lfs, repo, oid, size)
-    return ok({})
+    call.hub.blobs.promote(staged)
+    call.hub.store.grant_lfs(repo, oid, size)
 
 
-async def verify(call: Call):
+def verify(call: Call):
     repo = call.repo(write=True)
-    body = await call.json()
+    body = call.json()
     oid = validate.sha256_hex(call.p["oid"])
     size = call.hub.store.lfs_size(repo, oid)
     if size is None or not call.hub.blobs.exists(oid) or body.get("size", size) != size:
@@ -126,7 +145,7 @@ async def verify(call: Call):
     return ok({"oid": oid, "size": size})
 
 
-async def xet_write_token(call: Call):
+def xet_write_token(call: Call):
     raise HubError(
         "XetNotSupported",
         "this hub does not speak Xet; set HF_HUB_DISABLE_XET=1 to upload large files through Git LFS",

@@ -10,7 +10,7 @@ from .routing import route
 from .web import Call, ok
 
 
-async def overview(call: Call):
+def overview(call: Call):
     ns = call.p["ns"]
     org = call.hub.accounts.org(ns)
     return ok(
@@ -26,7 +26,7 @@ async def overview(call: Call):
     )
 
 
-async def whoami(call: Call):
+def whoami(call: Call):
     who = call.require_user()
     orgs = call.hub.accounts.user_orgs(who.user)
     return ok(
@@ -45,22 +45,22 @@ async def whoami(call: Call):
     )
 
 
-async def agent_harnesses(call: Call):
+def agent_harnesses(call: Call):
     return ok({"standardEnvVars": [], "harnesses": {}})
 
 
-async def list_keys(call: Call):
+def list_keys(call: Call):
     return ok({"keys": call.hub.accounts.keys(call.p["ns"])})
 
 
-async def add_key(call: Call):
+def add_key(call: Call):
     ns = validate.namespace(call.p["ns"])
     call.require_write(ns)
-    body = await call.json()
+    body = call.json()
     key = body.get("public_key")
     if not isinstance(key, str):
         raise HubError("BadRequest", "'public_key' must be the base64 of a raw 32-byte ed25519 public key")
-    return ok({"id": await call.write(call.hub.accounts.add_key, ns, key)})
+    return ok({"id": call.hub.accounts.add_key(ns, key)})
 
 
 ROUTES = [

@@ -88,7 +88,7 @@ def _backend(meta: dict) -> str:
     return f"{backend.get('type', '')}" + (f" ({archs})" if archs else "")
 
 
-async def index(call: Call):
+def index(call: Call):
     rows = [
         f"<li><a href='/kernels/{html.escape(r.repo_id)}'>{html.escape(r.repo_id)}</a></li>"
         if r.type == KERNEL_REPO_TYPE
@@ -132,7 +132,7 @@ def compat_files(call: Call, repo) -> dict[str, bytes]:
     return {p: read(p) for p, e in manifest.items() if p.endswith(".json") and e.size < MAX_RECORD_BYTES}
 
 
-async def kernel_page(call: Call):
+def kernel_page(call: Call):
     repo = call.repo()
     store = call.hub.store
     versions = sorted(

@@ -15,7 +15,7 @@ def _ref_json(kind: str, name: str, commit_id: str) -> dict:
     return {"name": name, "ref": prefix + name, "targetCommit": commit_id}
 
 
-async def list_refs(call: Call):
+def list_refs(call: Call):
     repo = call.repo()
     refs = call.hub.store.refs(repo)
     out = {
@@ -28,46 +28,46 @@ async def list_refs(call: Call):
     return ok(out)
 
 
-async def create_branch(call: Call):
+def create_branch(call: Call):
     repo = call.repo(write=True)
     name = validate.ref_name(call.p["branch"], "branch")
-    body = await call.json()
+    body = call.json()
     start = body.get("startingPoint") or "main"
     if not isinstance(start, str):
         raise HubError("BadRequest", "startingPoint must be a revision string")
     commit_id = call.hub.store.resolve(repo, start)
-    await call.write(call.hub.store.create_ref, repo, "branch", name, commit_id)
+    call.hub.store.create_ref(repo, "branch", name, commit_id)
     return ok({"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit_id})
 
 
-async def delete_branch(call: Call):
+def delete_branch(call: Call):
     repo = call.repo(write=True)
     name = call.p["branch"].removeprefix("refs/heads/")
     if name == "main":
         raise HubError("Forbidden", "the main branch is protected and cannot be deleted")
-    await call.write(call.hub.store.delete_ref, repo, "branch", name)
+    call.hub.store.delete_ref(repo, "branch", name)
     return ok({})
 
 
-async def create_tag(call: Call):
+def create_tag(call: Call):
     repo = call.repo(write=True)
-    body = await call.json()
+    body = call.json()
     name = validate.ref_name(body.get("tag"), "tag")
     commit_id = call.hub.store.resolve(repo, call.p["rev"] or "main")
-    await call.write(call.hub.store.create_ref, repo, "tag", name, commit_id)
+    call.hub.store.create_ref(repo, "tag", name, commit_id)
     return ok({"name": name, "ref": f"refs/tags/{name}", "targetCommit": commit_id})
 
 
-async def delete_tag(call: Call):
+def delete_tag(call: Call):
     repo = call.repo(write=True)
-    await call.write(call.hub.store.delete_ref, repo, "tag", call.p["tag"].removeprefix("refs/tags/"))
+    call.hub.store.delete_ref(repo, "tag", call.p["tag"].removeprefix("refs/tags/"))
     return ok({})
 
 
-async def ref_update(call: Call):
+def ref_update(call: Call):
     """Atomic compare-and-swap of one ref: `{"ref": "refs/heads/vN", "old": <sha>|null, "new": <sha>}`."""
     repo = call.repo(write=True)
-    body = await call.json()
+    body = call.json()
     ref, old, new = body.get("ref"), body.get("old"), body.get("new")
     if not isinstance(ref, str) or not ref.startswith(("refs/heads/", "refs/tags/")):
         raise HubError("BadRequest", f"ref must be 'refs/heads/<branch>' or 'refs/tags/<tag>', got {ref!r}")
@@ -78,7 +78,7 @@ async def ref_update(call: Call):
             continue
         if not isinstance(value, str) or not validate.HEX40.match(value):
             raise HubError("BadRequest", f"{label} must be a full 40-hex commit id, got {value!r}")
-    await call.write(call.hub.store.update_ref, repo, kind, name, old, new)
+    call.hub.store.update_ref(repo, kind, name, old, new)
     return ok({"ref": ref, "old": old, "new": new})
 
 

@@ -27,8 +27,8 @@ def _target(call: Call, body: dict) -> tuple[str, str, str]:
     return type_, validate.namespace(ns), validate.repo_name_part(name, "repo name")
 
 
-async def create_repo(call: Call):
-    body = await call.json()
+def create_repo(call: Call):
+    body = call.json()
     type_, ns, name = _target(call, body)
     who = call.require_write(ns)
     private = bool(body.get("private")) or body.get("visibility") == "private"
@@ -40,7 +40,7 @@ async def create_repo(call: Call):
             body={"url": call.repo_url(existing)},
         )
     try:
-        repo = await call.write(call.hub.store.create, type_, ns, name, private, who.user)
+        repo = call.hub.store.create(type_, ns, name, private, who.user)
     except HubError as e:  # lost a race with a concurrent create
         if e.kind == "RepoExists":
             e.body["url"] = call.repo_url(call.hub.store.get(type_, ns, name))
@@ -48,14 +48,14 @@ async def create_repo(call: Call):
     return ok({"url": call.repo_url(repo), "name": repo.repo_id, "id": repo.repo_id})
 
 
-async def delete_repo(call: Call):
-    body = await call.json()
+def delete_repo(call: Call):
+    body = call.json()
     type_, ns, name = _target(call, body)
     call.require_write(ns)
     repo = call.hub.store.get(type_, ns, name)
     if repo is None:
         raise HubError("RepoNotFound", f"Repository Not Found: {type_} repo {ns}/{name} does not exist")
-    await call.write(call.hub.store.delete, repo)
+    call.hub.store.delete(repo)
     return ok({})
 
 
@@ -93,7 +93,7 @@ def info_json(call: Call, repo: Repo, commit_id: str) -> dict:
     return out
 
 
-async def repo_info(call: Call):
+def repo_info(call: Call):
     repo = call.repo()
     rev = call.p.get("rev") or "main"
     return ok(info_json(call, repo, call.hub.store.resolve(repo, rev)))

@@ -48,7 +48,7 @@ def namespace(value: str) -> str:
 def repo_type(value: str | None) -> str:
     """The `type` of a create/delete request (None is the model default)."""
     value = value or "model"
-    if value not in TYPE_PREFIX:
+    if not isinstance(value, str) or value not in TYPE_PREFIX:
         raise HubError("BadRequest", f"repo type {value!r} is not served here; use 'kernel' or 'model'")
     return value
 

@@ -1,15 +1,17 @@
 """What every handler needs: the hub context (stores + config), the per-request `Call` (params,
-auth, bounded body reads, absolute URLs) and JSON/error responses.
+auth, bounded body reads with an idle timeout, bounded JSON parsing, absolute URLs) and JSON/error
+responses that are well-formed whatever the input.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from .errors import HubError
@@ -27,11 +29,20 @@ class HubConfig:
     page_size: int = 1000  # tree and commits listings per page (the Hub's value)
     lfs_threshold: int | None = None  # preupload answers "lfs" at/above this size; None = always regular
     max_json_bytes: int = 8 * MiB
+    max_json_depth: int = 64  # nesting of JSON bodies and commit lines (arrays + objects)
     max_commit_bytes: int = 512 * MiB
     max_lfs_bytes: int = 50 * 1024 * MiB
     # False: answer only the HF Hub API, without our key registry and ref-update (`serve --no-extensions`),
     # so publish and load are tested against a server that behaves like the real Hub.
     extension_routes: bool = True
+    body_timeout_s: float = 30.0  # longest wait for the next chunk of a request body -> 408
+    accel_prefix: str | None = (
+        None  # nginx internal location of the blobs (X-Accel-Redirect); None: serve them here
+    )
+
+
+# After this much past the limit, a too-large body is cut (413 + Connection: close) instead of drained.
+DRAIN_LIMIT = 64 * MiB
 
 
 @dataclass
@@ -51,6 +62,7 @@ class Call:
         self.hub = hub
         self.request = request
         self.p = params
+        self.raw = b""  # the request body, read by the app before a plain (non-streaming) handler runs
         self._principal: Principal | None | bool = False
 
     # --- URLs ------------------------------------------------------------------------------------
@@ -117,10 +129,6 @@ class Call:
             )
         return repo
 
-    async def write(self, fn, *args, **kwargs):
-        """Run a storage write in a worker thread: it may wait for the database write lock."""
-        return await run_in_threadpool(fn, *args, **kwargs)
-
     # --- bodies ----------------------------------------------------------------------------------
     async def body(self, limit: int) -> bytes:
         declared = self.request.headers.get("content-length")
@@ -132,40 +140,101 @@ class Call:
         return bytes(buf)
 
     async def stream(self, limit: int) -> AsyncIterator[bytes]:
-        """The body in chunks; PayloadTooLarge (after draining) once it passes `limit` bytes."""
+        """The body in chunks. 408 when the client pauses longer than `body_timeout_s`; 413 once it
+        passes `limit` bytes (after draining up to DRAIN_LIMIT more, so an ordinary client reads the
+        answer rather than a reset; an endless body is cut there)."""
         total = 0
-        too_big = False
-        async for chunk in self.request.stream():
+        timeout = self.hub.config.body_timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(self.request.receive(), timeout)
+            except TimeoutError:
+                raise HubError(
+                    "RequestTimeout",
+                    f"the request body stalled for {timeout:g} s after {total} bytes; send it without pauses",
+                    headers={"Connection": "close"},
+                ) from None
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            chunk = message.get("body", b"")
             total += len(chunk)
+            more = message.get("more_body", False)
             if total > limit:
-                too_big = True
-                continue  # drain the rest so the client reads our answer, not a reset connection
-            yield chunk
-        if too_big:
-            raise HubError(
-                "PayloadTooLarge", f"request body of {total} bytes exceeds the limit of {limit} bytes here"
-            )
+                if not more or total > limit + DRAIN_LIMIT:
+                    raise HubError(
+                        "PayloadTooLarge",
+                        f"request body of {total}{'+' if more else ''} bytes exceeds the limit of {limit} bytes here",
+                        headers={"Connection": "close"} if more else {},
+                    )
+                continue
+            if chunk:
+                yield chunk
+            if not more:
+                return
 
-    async def json(self) -> dict:
-        raw = await self.body(self.hub.config.max_json_bytes)
-        try:
-            value = json.loads(raw or b"{}")
-        except (ValueError, UnicodeDecodeError) as e:
-            raise HubError("BadRequest", f"request body is not valid JSON: {e}") from None
+    def json(self) -> dict:
+        """The body (read by the app) as a JSON object; 400 for anything else."""
+        value = parse_json(self.raw or b"{}", "request body", self.hub.config.max_json_depth)
         if not isinstance(value, dict):
             raise HubError("BadRequest", "request body must be a JSON object")
         return value
+
+
+def parse_json(raw: bytes | str, what: str, max_depth: int):
+    """`raw` parsed as JSON, refused with 400 when invalid or nested deeper than `max_depth`."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        value = None
+        too_deep = True
+    except (ValueError, UnicodeDecodeError) as e:
+        raise HubError("BadRequest", f"{what} is not valid JSON: {e}") from None
+    else:
+        opens = raw.count(b"[" if isinstance(raw, bytes) else "[") + raw.count(
+            b"{" if isinstance(raw, bytes) else "{"
+        )
+        too_deep = opens > max_depth and _deeper_than(value, max_depth)
+    if too_deep:
+        raise HubError("BadRequest", f"{what} is nested deeper than {max_depth} levels of arrays/objects")
+    return value
+
+
+def _deeper_than(value, limit: int) -> bool:
+    """Whether JSON `value` nests more than `limit` containers, level by level (no recursion)."""
+    level, depth = [value], 0
+    while level:
+        level = [v for v in level if isinstance(v, (list, dict))]
+        if not level:
+            return False
+        depth += 1
+        if depth > limit:
+            return True
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+    return False
 
 
 def ok(value, status: int = 200, headers: dict | None = None) -> Response:
     return JSONResponse(value, status_code=status, headers=headers)
 
 
+MAX_MESSAGE_CHARS = 4000  # a message quotes the offending value; a huge value is cut
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def header_value(text: str, limit: int = 1000) -> str:
+    """`text` as a valid HTTP header value: ASCII, control characters escaped (`\\x00`), cut at `limit`."""
+    out = text.encode("ascii", "backslashreplace").decode("ascii")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", out)[:limit]
+
+
 def error_response(err: HubError) -> Response:
+    """The JSON answer of a refused request; its headers are valid whatever the message quotes."""
     message = " ".join(err.message.split())
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + "... (cut)"
     headers = {
         "X-Error-Code": err.code,
-        "X-Error-Message": message.encode("ascii", "replace").decode()[:1000],
-        **err.headers,
+        "X-Error-Message": header_value(message),
+        **{k: header_value(v) for k, v in err.headers.items()},
     }
     return JSONResponse({"error": message, **err.body}, status_code=err.status, headers=headers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 
 import httpx2
@@ -76,3 +77,41 @@ def _all_pages(url: str, headers: dict) -> list:
 def http(hub):
     with httpx2.Client(base_url=hub.url, timeout=60) as client:
         yield client
+
+
+def temp_files(data_dir: Path) -> list[Path]:
+    """Temp files under `<data>/blobs/tmp` (the per-process folders' lock files not counted)."""
+    root = data_dir / "blobs" / "tmp"
+    return [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+def raw_request(url: str, data: bytes, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
+    """Send raw bytes to the hub at `url` and read the answer: (status, lower-cased headers, body).
+
+    For what an HTTP client library refuses to send (control characters, broken heads, stalls).
+    Status 0 means the server closed the connection without an answer.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(data)
+        return read_answer(s)
+
+
+def read_answer(s: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            return 0, {}, buf
+        buf += chunk
+    head, _, body = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    want = int(headers.get("content-length", "0"))
+    while len(body) < want:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return status, headers, body

@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import HfApi
 
 from tests.conftest import HubProcess
-from tests.hub.conftest import repo_state
+from tests.hub.conftest import repo_state, temp_files
 
 REPO = "bad-user/repo"
 
@@ -88,7 +88,7 @@ def test_bad_paths_are_refused(http, setup, unchanged, path):
 @pytest.mark.parametrize(
     "body,needle",
     [
-        (b"not json\n", "not a JSON object"),
+        (b"not json\n", "not valid JSON"),
         (ndjson(add("x.txt")), "first line must be the header"),
         (ndjson(HEADER, HEADER), "second header"),
         (ndjson(HEADER, {"key": "rename", "value": {"path": "x"}}), "unknown operation"),
@@ -197,7 +197,7 @@ def test_oversized_commit_body_is_413(tmp_path):
         )
         assert r.status_code == 413 and "100000" in r.json()["error"]
         assert repo_state(small.url, "big/r") == before
-        assert not list((small.data_dir / "blobs" / "tmp").iterdir())
+        assert not temp_files(small.data_dir)
     finally:
         small.stop()
 

@@ -11,7 +11,7 @@ from huggingface_hub.utils.sha import git_hash
 from registry.hub import manifest as mf
 from registry.hub import validate
 from registry.hub.errors import HubError
-from registry.hub.files import parse_range
+from registry.hub.files import BlobResponse
 from registry.hub.routing import match, split_raw_path
 from registry.hub.storage import db
 from registry.hub.storage.blobs import BlobStore, git_blob_sha1
@@ -66,15 +66,17 @@ def test_raw_path_keeps_encoded_slashes_in_one_segment():
     }
 
 
-def test_parse_range():
-    assert parse_range(None, 10) is None
-    assert parse_range("bytes=2-4", 10) == (2, 4)
-    assert parse_range("bytes=5-", 10) == (5, 9)
-    assert parse_range("bytes=-3", 10) == (7, 9)
-    assert parse_range("bytes=8-100", 10) == (8, 9)
+def test_range_check_answers_in_the_hub_format():
+    BlobResponse.check_range(None, 10)
+    BlobResponse.check_range("bytes=2-4", 10)
+    BlobResponse.check_range("bytes=-3", 10)
+    BlobResponse.check_range("bytes=8-100", 10)
     with pytest.raises(HubError) as e:
-        parse_range("bytes=10-", 10)
+        BlobResponse.check_range("bytes=10-", 10)
     assert e.value.status == 416 and e.value.headers["Content-Range"] == "bytes */10"
+    with pytest.raises(HubError) as e:
+        BlobResponse.check_range("bytes=x-", 10)
+    assert e.value.status == 400
 
 
 def _entry(oid: str) -> mf.FileEntry:
