@@ -49,6 +49,8 @@ ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
 # Our routes beyond the HF Hub API (docs/HUB_PROTOCOL.md): left out when HubConfig.extension_routes is False.
 EXTENSION_HANDLERS = frozenset({orgs.list_keys, orgs.add_key, refs.ref_update})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Staging files older than this are a crashed writer's for certain (longer than any request may take).
+STAGING_MAX_AGE_S = 24 * 3600
 
 
 def open_hub(
@@ -57,6 +59,7 @@ def open_hub(
     engine = db.connect(db_url or data_dir)
     accounts = Accounts(engine)
     blobs = BlobStore(Path(data_dir) / "blobs")
+    blobs.clean_staging(STAGING_MAX_AGE_S)  # start-up recovery: temp files of crashed processes
     return Hub(RepoStore(engine), accounts, blobs, config, accounts.secret(), tuple(extensions))
 
 

@@ -5,6 +5,7 @@ docs/HUB_PROTOCOL.md §2 (tree, paths-info, resolve). File bodies go out through
 
 from __future__ import annotations
 
+import os
 from urllib.parse import parse_qs, quote
 
 from starlette.responses import FileResponse, MalformedRangeHeader, RangeNotSatisfiable, Response
@@ -115,19 +116,21 @@ def resolve_file(call: Call):
     if entry.lfs:
         headers["X-Linked-Etag"] = f'"{entry.sha256}"'
         headers["X-Linked-Size"] = str(entry.size)
-    stat = call.hub.blobs.checked_stat(entry.sha256, entry.size)
+    stat = call.hub.blob_check.stat(entry.sha256, entry.size)
     if_range = call.request.headers.get("if-range")
     if if_range is None or if_range == etag:
         BlobResponse.check_range(call.request.headers.get("range"), entry.size)
     prefix = call.hub.config.accel_prefix
-    if prefix:  # nginx streams the blob; it answers Range and HEAD itself (docs/SERVING.md)
-        headers["X-Accel-Redirect"] = f"{prefix.rstrip('/')}/{call.hub.blobs.relative_path(entry.sha256)}"
+    if (
+        prefix
+    ):  # nginx streams the blob from `<prefix>/<aa>/<sha256>`; Range and HEAD are its (docs/SERVING.md)
+        headers["X-Accel-Redirect"] = f"{prefix.rstrip('/')}/{entry.sha256[:2]}/{entry.sha256}"
         return Response(b"", headers=headers, media_type="application/octet-stream")
     return BlobResponse(
-        call.hub.blobs.path(entry.sha256),
+        stat.path,
         headers=headers,
         media_type="application/octet-stream",
-        stat_result=stat,
+        stat_result=os.stat(stat.path),
     )
 
 

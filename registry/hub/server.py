@@ -4,7 +4,7 @@ worker processes sharing one listening socket.
 uvicorn bounds neither the time nor the size of a request head (a client that sends half a head
 holds its connection forever, and httptools keeps accepting header bytes); `GuardedHttpToolsProtocol`
 answers 408 when a head is not complete `HEAD_TIMEOUT_S` after the connection opened (or after the
-previous answer), and 431 past `MAX_HEAD_BYTES`. Request bodies have their own idle timeout in the
+previous answer), and 431 past `MAX_HEAD_BYTES`; a head it cannot parse gets a 400 in the hub's format. Request bodies have their own idle timeout in the
 app (`HubConfig.body_timeout_s`), where the answer can use the hub's error format.
 """
 
@@ -99,6 +99,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools cannot parse: the hub's error format instead of uvicorn's plain text."""
+        why = f"{msg} (malformed request line or headers: raw control or non-ASCII bytes, bad framing)"
+        self.transport.write(_raw_error(400, "Bad Request", "BadRequest", why))
+        self.transport.close()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from .blobcheck import BlobCheck
 from .errors import HubError
 from .storage.accounts import Accounts, Principal
 from .storage.blobs import BlobStore
@@ -53,6 +54,11 @@ class Hub:
     config: HubConfig
     secret: bytes  # HMAC key of signed LFS upload URLs
     extensions: tuple = ()  # pages.PageSection blocks added under each version of a kernel page
+    blob_check: BlobCheck | None = None  # what serving verifies before sending a blob
+
+    def __post_init__(self):
+        if self.blob_check is None:
+            self.blob_check = BlobCheck(self.blobs)
 
 
 class Call:

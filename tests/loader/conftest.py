@@ -55,19 +55,20 @@ class Publisher:
         )
         return result.commit
 
-    def tamper_blob(self, original: bytes, replacement: bytes) -> int:
-        """Overwrite every stored copy of `original` in the hub's data dir; returns how many were changed.
+    def tamper(self, repo: str, path: str, replacement: bytes, version: int = 1) -> None:
+        """Replace one file of version `version` by other bytes, committed straight to the version branch:
+        what a stolen write token or a compromised hub can do. The signed metadata still names the old
+        digest. (Damaging the blob on the hub's disk no longer reaches a client: the hub re-hashes what it
+        serves and answers BlobDamaged, docs/SERVING.md.)"""
+        from huggingface_hub import HfApi
 
-        Same length only: the hub serves the size it recorded at upload.
-        """
-        assert len(replacement) == len(original) and replacement != original
-        changed = 0
-        for path in self.hub.data_dir.rglob("*"):
-            if path.is_file() and path.stat().st_size == len(original) and path.read_bytes() == original:
-                path.write_bytes(replacement)
-                changed += 1
-        assert changed, "the blob to tamper with is not stored as a file under the hub's data dir"
-        return changed
+        HfApi(endpoint=self.hub.url, token=self.token).upload_file(
+            path_or_fileobj=replacement,
+            path_in_repo=path,
+            repo_id=f"{NAMESPACE}/{repo}",
+            repo_type="kernel",
+            revision=f"v{version}",
+        )
 
 
 @pytest.fixture(scope="session")

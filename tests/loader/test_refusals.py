@@ -32,7 +32,11 @@ def test_tampered_blob_is_refused_and_the_fallback_used(hub_env, publisher):
     publisher.publish("tampered", dist)
     target = dist / "build" / "torch-cpu" / "fused_mlp" / "_build_info.py"
     original = target.read_bytes()
-    publisher.tamper_blob(original, original.replace(b"OPS_NAMESPACE", b"OPS_NAMESPACX", 1))
+    publisher.tamper(
+        "tampered",
+        "build/torch-cpu/fused_mlp/_build_info.py",
+        original.replace(b"OPS_NAMESPACE", b"OPS_NAMESPACX", 1),
+    )
 
     repo = f"{NAMESPACE}/tampered"
     info = get_kernel(repo, version=1, backend="cpu", fallback="eager").__kernel_info__
@@ -61,7 +65,7 @@ def test_wrong_signature_is_refused_and_the_fallback_used(hub_env, publisher, tm
     registered = key_id(public_key_b64(load_private_key(publisher.key)))
     assert sig.decode().splitlines()[0] == registered
     forged = f"{registered}\n{base64.b64encode(generate_key().sign(meta)).decode()}\n".encode()
-    publisher.tamper_blob(sig, forged)
+    publisher.tamper("badsig", "build/torch-cpu/metadata.json.sig", forged)
 
     info = get_kernel(repo, version=1, backend="cpu", fallback="eager").__kernel_info__
     assert info["source"] == "fallback-eager" and info["reference_variant"] == "torch-cuda"

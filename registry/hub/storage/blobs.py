@@ -5,14 +5,12 @@ into place, so a blob path either holds the complete bytes or does not exist. Ca
 while validating a request and `promote` them only once the request is accepted, so a refused
 request stores nothing.
 
-Several processes (workers, replicas, `kernel-hub gc`) may share one root; the rules that keep them
-safe are in docs/CONTRACTS.md "Blob store":
-- each process writes temps in `tmp/<id>/`, holding an flock on `tmp/<id>/.lock` while it lives; at
-  start a process removes the temp folders whose lock is free (their owner died: kill -9 included);
-- `promote` refreshes the blob's mtime even when the content is already stored, and `remove_unused`
-  (gc) deletes only blobs untouched since its cutoff, re-checked after moving them aside;
-- reads check the size always and the sha256 once per process (`checked_stat`); a damaged blob is
-  moved to `<root>/quarantine/` and answered as BlobDamaged.
+Several processes (workers, `kernel-hub gc`) may share one root (docs/CONTRACTS.md "Blob store"):
+each writes its temps in its own `tmp/<pid>-<random>/`, holding an flock on `.lock` in it while it
+lives, so `clean_staging` (run at start and by gc) removes exactly the temps of dead processes (kill -9
+included) and never a live upload, however long it runs. `promote` refreshes the mtime of content it
+finds stored, and gc removes only blobs untouched for its grace period (`remove_unused`). The read checks (size, sha256) are the hub's
+policy: `registry/hub/blobcheck.py`.
 """
 
 from __future__ import annotations
@@ -23,21 +21,13 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import HubError
-
 log = logging.getLogger(__name__)
-
-HASH_CHUNK = 1024 * 1024
-# Blobs up to this size are re-hashed on their first read by a process; larger ones (seconds of
-# hashing before the first byte) get the size check only and are covered by `kernel-hub fsck`.
-VERIFY_MAX_BYTES = 256 * 1024 * 1024
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -58,32 +48,29 @@ class StagedBlob:
 
 
 @dataclass(frozen=True)
-class BlobInfo:
+class BlobStat:
     sha256: str
     size: int
-    mtime: float  # last write or promote: gc's clock
+    mtime: float  # when it was stored (epoch seconds)
+    path: Path | None = None  # the local file (FileResponse / X-Accel-Redirect fast path)
 
 
 class BlobStore:
-    def __init__(self, root: Path, verify_max_bytes: int = VERIFY_MAX_BYTES):
+    def __init__(self, root: Path):
         self.root = Path(root)
-        self.verify_max_bytes = verify_max_bytes
         self.tmp_root = self.root / "tmp"
         self.tmp_root.mkdir(parents=True, exist_ok=True)
-        self._verified: dict[str, tuple[int, int, int]] = {}  # sha256 -> (size, mtime_ns, inode) hashed ok
-        self._verify_locks: dict[str, threading.Lock] = {}
-        self._lock = threading.Lock()
-        self.removed_at_start = self.recover()
         self.tmp, self._tmp_lock = self._claim_tmp_dir()
 
-    # --- layout --------------------------------------------------------------------------------
     def path(self, sha256: str) -> Path:
-        return self.root / self.relative_path(sha256)
+        return self.root / "sha256" / sha256[:2] / sha256
 
-    @staticmethod
-    def relative_path(sha256: str) -> str:
-        """Where a blob lives under the root (`sha256/aa/<hex>`): nginx's internal location maps it."""
-        return f"sha256/{sha256[:2]}/{sha256}"
+    def stat(self, sha256: str) -> BlobStat | None:
+        try:
+            st = os.stat(self.path(sha256))
+        except FileNotFoundError:
+            return None
+        return BlobStat(sha256, st.st_size, st.st_mtime, self.path(sha256))
 
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
@@ -100,9 +87,10 @@ class BlobStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return path, fd
 
-    def recover(self) -> int:
-        """Remove temp files left by dead processes (their folder's lock is free); returns how many."""
-        removed = 0
+    def clean_staging(self, older_than_s: float) -> int:
+        """Remove temp files of dead processes (their folder's lock is free), whatever their age, and
+        flat temp files of the old layout older than `older_than_s`; returns how many."""
+        removed, cutoff = 0, time.time() - older_than_s
         with _flocked(self.tmp_root / ".claim.lock"):
             for entry in self.tmp_root.iterdir():
                 if entry.name.startswith("."):
@@ -111,11 +99,11 @@ class BlobStore:
                     if _lock_is_free(entry / ".lock"):
                         removed += sum(1 for p in entry.iterdir() if p.name != ".lock")
                         shutil.rmtree(entry, ignore_errors=True)
-                else:  # a flat temp file of the layout before per-process folders
+                elif entry.stat().st_mtime < cutoff:  # a temp file of the layout before per-process folders
                     entry.unlink(missing_ok=True)
                     removed += 1
         if removed:
-            log.warning("removed %d temp files left by a crashed process in %s", removed, self.tmp_root)
+            log.warning("removed %d temp files left by crashed processes in %s", removed, self.tmp_root)
         return removed
 
     # --- writes --------------------------------------------------------------------------------
@@ -133,7 +121,7 @@ class BlobStore:
 
     def promote(self, staged: StagedBlob) -> None:
         """Move a staged blob to its content address; if that content is already stored, refresh its
-        mtime instead, so a concurrent gc (which spares blobs touched after its cutoff) keeps it."""
+        mtime instead: gc spares blobs touched within its grace period (`remove_unused`)."""
         dest = self.path(staged.sha256)
         try:
             os.utime(dest)
@@ -148,93 +136,52 @@ class BlobStore:
     def discard(self, staged: StagedBlob) -> None:
         staged.tmp_path.unlink(missing_ok=True)
 
-    # --- checked reads -------------------------------------------------------------------------
-    def checked_stat(self, sha256: str, size: int) -> os.stat_result:
-        """The blob's stat, after checking its size (always) and its sha256 (first read by this
-        process, up to `verify_max_bytes`); BlobDamaged (and quarantine) otherwise."""
-        try:
-            st = os.stat(self.path(sha256))
-        except FileNotFoundError:
-            raise self._damaged(sha256, "is missing") from None
-        if st.st_size != size:
-            self.quarantine(sha256, f"size {st.st_size} differs from the committed {size}")
-            raise self._damaged(sha256, f"has {st.st_size} bytes instead of {size}")
-        if size <= self.verify_max_bytes:
-            self._verify_once(sha256, st)
-        return st
-
-    def _verify_once(self, sha256: str, st: os.stat_result) -> None:
-        key = (st.st_size, st.st_mtime_ns, st.st_ino)
-        if self._verified.get(sha256) == key:
-            return
-        with self._lock:
-            lock = self._verify_locks.setdefault(sha256, threading.Lock())
-        with lock:  # concurrent first reads of one blob hash it once
-            if self._verified.get(sha256) == key:
-                return
-            actual = self.hash_file(sha256)
-            if actual != sha256:
-                self.quarantine(sha256, f"its bytes hash to {actual}")
-                raise self._damaged(sha256, "does not match its sha256")
-            self._verified[sha256] = key
-
-    def hash_file(self, sha256: str) -> str:
-        h = hashlib.sha256()
-        with self.open(sha256) as f:
-            while chunk := f.read(HASH_CHUNK):
-                h.update(chunk)
-        return h.hexdigest()
-
-    def _damaged(self, sha256: str, what: str) -> HubError:
-        log.error("blob %s %s: answering BlobDamaged; run `kernel-hub fsck`", sha256, what)
-        return HubError(
-            "BlobDamaged",
-            f"the stored copy of blob {sha256} {what}; the hub operator must restore it (kernel-hub fsck)",
-        )
-
-    # --- maintenance (kernel-hub gc / fsck) ------------------------------------------------------
-    def iter_blobs(self) -> Iterator[BlobInfo]:
-        for path in (self.root / "sha256").glob("*/*"):
+    # --- maintenance (start-up, kernel-hub gc / fsck) ----------------------------------------------
+    def iter_blobs(self) -> Iterator[BlobStat]:
+        for path in sorted((self.root / "sha256").glob("??/*")):
             try:
                 st = path.stat()
             except FileNotFoundError:
-                continue
-            yield BlobInfo(path.name, st.st_size, st.st_mtime)
+                continue  # deleted meanwhile
+            yield BlobStat(path.name, st.st_size, st.st_mtime, path)
+
+    def delete(self, sha256: str) -> None:
+        self.path(sha256).unlink(missing_ok=True)
 
     def remove_unused(self, sha256: str, cutoff: float) -> bool:
-        """Delete a blob gc found unreferenced, unless it was written or promoted after `cutoff`.
+        """gc's delete of a blob it found unreferenced: only if not written or promoted since `cutoff`.
 
-        It is first moved aside and its mtime re-read there: a `promote` that refreshed it in
-        between puts it back, so a blob a request is about to commit is never lost.
+        The blob is moved aside first and its mtime read there: a `promote` that refreshed it before the
+        move puts it back; one after the move finds it absent and stores its own copy. So a request
+        that is about to commit a blob never loses it. (Replaced by the database leases of
+        docs/CONTRACTS.md "Blob store" when those land: `Leases.sweep`.)
         """
-        src = self.path(sha256)
-        trash = self.root / "trash"
-        trash.mkdir(exist_ok=True)
-        aside = trash / f"{sha256}.{os.getpid()}"
+        aside = self.root / "trash" / f"{sha256}.{os.getpid()}"
+        aside.parent.mkdir(exist_ok=True)
         try:
-            os.rename(src, aside)
+            os.rename(self.path(sha256), aside)
         except FileNotFoundError:
             return False
         if os.stat(aside).st_mtime >= cutoff:
-            os.replace(aside, src)
+            os.replace(aside, self.path(sha256))
             return False
         aside.unlink()
-        self._verified.pop(sha256, None)
         return True
 
-    def quarantine(self, sha256: str, reason: str) -> Path | None:
-        """Move a damaged blob to `<root>/quarantine/` (with a note why); None if it is gone already."""
-        qdir = self.root / "quarantine"
-        qdir.mkdir(exist_ok=True)
-        dest = qdir / f"{sha256}.{int(time.time())}"
+    def quarantine(self, sha256: str, reason: str) -> str:
+        """Move a damaged blob to `<root>/quarantine/` with a note why; returns where ('' if gone already)."""
+        dest = self.root / "quarantine" / f"{sha256}.{int(time.time())}"
+        dest.parent.mkdir(exist_ok=True)
         try:
             os.rename(self.path(sha256), dest)
         except FileNotFoundError:
-            return None
+            return ""
         dest.with_suffix(dest.suffix + ".why").write_text(reason + "\n")
-        self._verified.pop(sha256, None)
         log.error("blob %s quarantined to %s: %s", sha256, dest, reason)
-        return dest
+        return str(dest)
+
+    def describe(self) -> str:
+        return f"files under {self.root}"
 
 
 class BlobWriter:

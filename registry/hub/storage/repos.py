@@ -162,15 +162,49 @@ class RepoStore:
                 "RefExists", f"Reference already exists: {kind} {name!r} in {repo.repo_id}"
             ) from None
 
-    def delete_ref(self, repo: Repo, kind: str, name: str) -> None:
+    def delete_ref(self, repo: Repo, kind: str, name: str, expect: str | None = None) -> None:
+        """Delete a ref; with `expect`, only while it still points there (gc: RefMoved otherwise)."""
+        where = [db.refs.c.repo_id == repo.id, db.refs.c.kind == kind, db.refs.c.name == name]
+        if expect is not None:
+            where.append(db.refs.c.commit_id == expect)
         with db.write_tx(self.engine) as c:
-            n = c.execute(
-                delete(db.refs).where(
-                    db.refs.c.repo_id == repo.id, db.refs.c.kind == kind, db.refs.c.name == name
-                )
-            ).rowcount
+            n = c.execute(delete(db.refs).where(*where)).rowcount
+        if n != 1 and expect is not None and self.ref(repo, kind, name) is not None:
+            raise HubError("RefMoved", f"{kind} {name!r} of {repo.repo_id} moved; it was kept")
         if n != 1:
             raise HubError("RevisionNotFound", f"{kind} {name!r} does not exist in {repo.repo_id}")
+
+    def branches_with_prefix(self, prefix: str) -> list[tuple[Repo, str, str, float]]:
+        """(repo, branch, head commit, head commit time) of every branch whose name starts with `prefix`."""
+        with db.read_tx(self.engine) as c:
+            rows = c.execute(
+                select(
+                    db.repos,
+                    db.refs.c.name.label("ref_name"),
+                    db.refs.c.commit_id,
+                    db.commits.c.created_at.label("head_time"),
+                )
+                .join(db.refs, db.refs.c.repo_id == db.repos.c.id)
+                .join(
+                    db.commits,
+                    (db.commits.c.repo_id == db.refs.c.repo_id) & (db.commits.c.id == db.refs.c.commit_id),
+                )
+                .where(db.refs.c.kind == "branch", db.refs.c.name.startswith(prefix, autoescape=True))
+            ).all()
+        return [(_repo(r), r.ref_name, r.commit_id, r.head_time) for r in rows]
+
+    def referenced_blobs(self) -> set[str]:
+        """Every sha256 a commit of any repo or an LFS grant names: what gc must keep."""
+        with db.read_tx(self.engine) as c:
+            files = c.execute(select(db.files.c.sha256).distinct()).scalars().all()
+            lfs = c.execute(select(db.lfs_objects.c.oid).distinct()).scalars().all()
+        return {*files, *lfs}
+
+    def committed_sizes(self) -> dict[str, int]:
+        """sha256 -> size, as the commits record them (fsck's reference)."""
+        with db.read_tx(self.engine) as c:
+            rows = c.execute(select(db.files.c.sha256, db.files.c.size).distinct()).all()
+        return {r.sha256: r.size for r in rows}
 
     def update_ref(self, repo: Repo, kind: str, name: str, old: str | None, new: str) -> None:
         """Compare-and-swap: point `name` at `new` only if it is at `old` now (None: must not exist)."""

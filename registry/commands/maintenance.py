@@ -1,0 +1,83 @@
+"""`kernel-hub gc` and `kernel-hub fsck`: maintenance of a hub's data folder, safe while it serves."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "gc", help="remove crashed uploads' temp files, stale publish/* branches and unreferenced blobs"
+    )
+    p.add_argument("--data", type=Path, required=True, help="the hub's data directory")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="keep unreferenced blobs written or re-uploaded within S seconds (longer than any request)",
+    )
+    p.add_argument(
+        "--publish-max-age",
+        type=float,
+        default=24 * 3600.0,
+        metavar="S",
+        help="delete publish/* branches whose head is older than S seconds (interrupted publishes)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
+    p.set_defaults(func=_gc)
+
+    f = subparsers.add_parser("fsck", help="re-hash every blob; quarantine damaged ones, report missing ones")
+    f.add_argument("--data", type=Path, required=True, help="the hub's data directory")
+    f.add_argument("--no-quarantine", action="store_true", help="only report damaged blobs")
+    f.set_defaults(func=_fsck)
+
+
+def _open(data: Path):
+    from registry.hub.storage import db
+    from registry.hub.storage.blobs import BlobStore
+    from registry.hub.storage.repos import RepoStore
+
+    if not (data / "hub.sqlite3").is_file():
+        from registry.errors import UsageError
+
+        raise UsageError(
+            f"{data} is not a hub data directory (no hub.sqlite3); pass the --data of `kernel-hub serve`"
+        )
+    return RepoStore(db.connect(data)), BlobStore(data / "blobs")
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from registry.hub.maintenance import gc
+
+    store, blobs = _open(args.data)
+    r = gc(store, blobs, grace_s=args.grace, publish_max_age_s=args.publish_max_age, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(
+        f"{verb}: {r.temp_files} temp files, {len(r.branches)} publish branches, "
+        f"{r.blobs} unreferenced blobs ({r.blob_bytes} bytes); kept {r.kept_recent} younger than the grace"
+    )
+    for b in r.branches:
+        print(f"  branch {b}")
+    return 0
+
+
+def _fsck(args: argparse.Namespace) -> int:
+    from registry.hub.maintenance import fsck
+
+    store, blobs = _open(args.data)
+    r = fsck(store, blobs, quarantine=not args.no_quarantine)
+    print(f"checked {r.checked} blobs: {len(r.damaged)} damaged, {len(r.missing)} referenced but missing")
+    for line in r.damaged:
+        print(f"  damaged {line}")
+    for sha in r.missing:
+        print(f"  missing {sha}")
+    if not r.ok:
+        log.warning(
+            "fsck found problems: restore the blobs from a backup, or have their publishers re-upload them"
+        )
+    return 0 if r.ok else 1

@@ -1,0 +1,121 @@
+"""`kernel-hub gc` and `kernel-hub fsck`: safe while the hub serves (docs/SERVING.md "Maintenance").
+
+gc: (1) removes temp files of dead processes; (2) deletes `publish/*` branches whose head is older
+than `publish_max_age_s` (interrupted publishes; by compare-and-swap, so a publish that moves its
+branch meanwhile keeps it); (3) deletes blobs no commit and no LFS grant references, once untouched
+for `grace_s`. The blob listing is taken before the reference query, and each delete is re-decided
+by the blob store at the moment of deletion (`BlobStore.remove_unused`), so a blob a request is about
+to commit survives (a `promote` refreshes it), and several replicas and gc runs may overlap.
+
+fsck: re-hashes every blob; a blob whose bytes do not hash to its name, or whose size differs from the
+size the commits record, is quarantined; referenced blobs that are absent are reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from .blobcheck import sha256_of
+from .errors import HubError
+from .storage.blobs import BlobStore
+from .storage.repos import RepoStore
+
+log = logging.getLogger(__name__)
+
+PUBLISH_PREFIX = "publish/"  # the publisher's temp branches (registry/publisher/publish.py)
+GRACE_S = 3600.0  # longer than any request: a staged blob is committed well within it
+PUBLISH_MAX_AGE_S = 24 * 3600.0
+
+
+@dataclass
+class GcReport:
+    temp_files: int = 0
+    branches: list[str] = field(default_factory=list)  # "ns/name@branch"
+    blobs: int = 0
+    blob_bytes: int = 0
+    kept_recent: int = 0  # unreferenced, but younger than the grace period
+
+
+def gc(
+    store: RepoStore,
+    blobs: BlobStore,
+    grace_s: float = GRACE_S,
+    publish_max_age_s: float = PUBLISH_MAX_AGE_S,
+    dry_run: bool = False,
+) -> GcReport:
+    """One garbage collection pass (see the module docstring); `dry_run` only reports."""
+    report = GcReport()
+    now = time.time()
+    if not dry_run:
+        report.temp_files = blobs.clean_staging(grace_s)
+    for repo, branch, head, head_time in store.branches_with_prefix(PUBLISH_PREFIX):
+        if head_time >= now - publish_max_age_s:
+            continue
+        if not dry_run:
+            try:
+                store.delete_ref(repo, "branch", branch, expect=head)
+            except HubError as e:  # moved or deleted meanwhile: its publisher is alive, or cleaned it
+                log.info("kept %s@%s: %s", repo.repo_id, branch, e.message)
+                continue
+        report.branches.append(f"{repo.repo_id}@{branch}")
+    listed = list(blobs.iter_blobs())  # before the references: a blob committed later is newer anyway
+    referenced = store.referenced_blobs()
+    cutoff = now - grace_s
+    for b in listed:
+        if b.sha256 in referenced:
+            continue
+        if b.mtime >= cutoff:
+            report.kept_recent += 1
+            continue
+        if dry_run or blobs.remove_unused(b.sha256, cutoff):
+            report.blobs += 1
+            report.blob_bytes += b.size
+    log.info(
+        "gc%s: %d temp files, %d publish branches, %d unreferenced blobs (%d bytes); %d kept within the grace",
+        " (dry run)" if dry_run else "",
+        report.temp_files,
+        len(report.branches),
+        report.blobs,
+        report.blob_bytes,
+        report.kept_recent,
+    )
+    return report
+
+
+@dataclass
+class FsckReport:
+    checked: int = 0
+    damaged: list[str] = field(default_factory=list)  # "<sha256>: why -> where it went"
+    missing: list[str] = field(default_factory=list)  # referenced sha256s that are not stored
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and not self.missing
+
+
+def fsck(store: RepoStore, blobs: BlobStore, quarantine: bool = True) -> FsckReport:
+    """Re-hash every blob; quarantine (or with `quarantine=False` only report) the damaged ones."""
+    report = FsckReport()
+    sizes = store.committed_sizes()
+    stored = set()
+    for b in blobs.iter_blobs():
+        stored.add(b.sha256)
+        report.checked += 1
+        why = None
+        if b.sha256 in sizes and b.size != sizes[b.sha256]:
+            why = f"size {b.size} differs from the committed {sizes[b.sha256]}"
+        else:
+            try:
+                actual = sha256_of(blobs, b.sha256)
+            except FileNotFoundError:
+                continue  # deleted meanwhile (gc)
+            if actual != b.sha256:
+                why = f"its bytes hash to {actual}"
+        if why:
+            where = blobs.quarantine(b.sha256, why) if quarantine else "left in place"
+            report.damaged.append(f"{b.sha256}: {why} -> {where}")
+    referenced = store.referenced_blobs()
+    report.missing = sorted(s for s in referenced - stored if not blobs.exists(s))
+    return report

@@ -1,0 +1,139 @@
+"""`kernel-hub gc` and `kernel-hub fsck` against a serving hub (issue #11, Deliver 3)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import threading
+import time
+
+import httpx2
+import pytest
+from huggingface_hub import HfApi
+
+from registry.cli import main
+from tests.conftest import HubProcess
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        rc = main(list(args))
+    return rc, out.getvalue()
+
+
+def blob(hub: HubProcess, data: bytes):
+    sha = hashlib.sha256(data).hexdigest()
+    return hub.data_dir / "blobs" / "sha256" / sha[:2] / sha
+
+
+def age(path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+@pytest.fixture
+def gc_hub(tmp_path):
+    proc = HubProcess(tmp_path / "data").start()
+    yield proc, HfApi(endpoint=proc.url, token=proc.token("gcu"))
+    proc.stop()
+
+
+def test_gc_removes_only_unreferenced_blobs_past_the_grace(gc_hub):
+    hub, api = gc_hub
+    kept, orphan, fresh = os.urandom(500), os.urandom(600), os.urandom(700)
+    api.create_repo("gcu/keep", repo_type="kernel")
+    api.upload_file(path_or_fileobj=kept, path_in_repo="k.bin", repo_id="gcu/keep", repo_type="kernel")
+    api.create_repo("gcu/gone", repo_type="kernel")
+    for name, data in (("o.bin", orphan), ("f.bin", fresh)):
+        api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id="gcu/gone", repo_type="kernel")
+    api.delete_repo("gcu/gone", repo_type="kernel")  # its blobs are referenced by nothing now
+    for data in (kept, orphan):
+        age(blob(hub, data), 7200)
+
+    rc, out = run_cli("gc", "--data", str(hub.data_dir), "--dry-run")
+    assert rc == 0 and "would remove" in out and "1 unreferenced blobs (600 bytes)" in out
+    assert blob(hub, orphan).exists()
+
+    rc, out = run_cli("gc", "--data", str(hub.data_dir))
+    assert rc == 0 and "1 unreferenced blobs (600 bytes); kept 1 younger" in out, out
+    assert not blob(hub, orphan).exists() and blob(hub, fresh).exists() and blob(hub, kept).exists()
+    r = httpx2.get(f"{hub.url}/kernels/gcu/keep/resolve/main/k.bin")
+    assert r.status_code == 200 and r.content == kept
+
+
+def test_gc_removes_stale_publish_branches_only(gc_hub):
+    hub, api = gc_hub
+    api.create_repo("gcu/pub", repo_type="kernel")
+    api.create_branch("gcu/pub", branch="publish/0123abcd", repo_type="kernel")
+    api.create_branch("gcu/pub", branch="feature", repo_type="kernel")
+    rc, out = run_cli("gc", "--data", str(hub.data_dir))
+    assert "0 publish branches" in out  # younger than a day: a publish may be running
+    rc, out = run_cli("gc", "--data", str(hub.data_dir), "--publish-max-age", "0")
+    assert rc == 0 and "gcu/pub@publish/0123abcd" in out
+    names = {b.name for b in api.list_repo_refs("gcu/pub", repo_type="kernel").branches}
+    assert names == {"main", "feature"}
+
+
+def test_gc_while_publishers_reupload_the_same_bytes_loses_nothing(gc_hub):
+    """gc in a loop with a 5 s grace (a promote-to-commit takes milliseconds), racing commits of the very
+    bytes it is deleting (stored long ago, referenced by nothing): every commit's blob stays."""
+    hub, api = gc_hub
+    api.create_repo("gcu/race", repo_type="kernel")
+    payloads = [os.urandom(300) for _ in range(8)]
+    api.create_repo("gcu/tmp", repo_type="kernel")
+    for i, data in enumerate(payloads):  # stored, then unreferenced and old: gc candidates
+        api.upload_file(path_or_fileobj=data, path_in_repo=f"{i}.bin", repo_id="gcu/tmp", repo_type="kernel")
+    api.delete_repo("gcu/tmp", repo_type="kernel")
+    for data in payloads:
+        age(blob(hub, data), 7200)
+    stop = threading.Event()
+
+    def collect():
+        while not stop.is_set():
+            run_cli("gc", "--data", str(hub.data_dir), "--grace", "5")
+
+    t = threading.Thread(target=collect)
+    t.start()
+    try:
+        for i, data in enumerate(payloads):
+            api.upload_file(
+                path_or_fileobj=data, path_in_repo=f"{i}.bin", repo_id="gcu/race", repo_type="kernel"
+            )
+    finally:
+        stop.set()
+        t.join()
+    for i, data in enumerate(payloads):
+        r = httpx2.get(f"{hub.url}/kernels/gcu/race/resolve/main/{i}.bin")
+        assert r.status_code == 200 and r.content == data
+    rc, out = run_cli("fsck", "--data", str(hub.data_dir))
+    assert rc == 0, out
+
+
+def test_fsck_quarantines_damaged_blobs_and_reports_missing_ones(gc_hub):
+    hub, api = gc_hub
+    good, bad, lost = os.urandom(400), os.urandom(401), os.urandom(402)
+    api.create_repo("gcu/fsck", repo_type="kernel")
+    for name, data in (("good", good), ("bad", bad), ("lost", lost)):
+        api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id="gcu/fsck", repo_type="kernel")
+    rc, out = run_cli("fsck", "--data", str(hub.data_dir))
+    assert rc == 0 and "0 damaged, 0 referenced but missing" in out
+    p = blob(hub, bad)
+    p.write_bytes(b"X" + p.read_bytes()[1:])
+    blob(hub, lost).unlink()
+    rc, out = run_cli("fsck", "--data", str(hub.data_dir), "--no-quarantine")
+    assert rc == 1 and "1 damaged, 1 referenced but missing" in out and p.exists()
+    rc, out = run_cli("fsck", "--data", str(hub.data_dir))
+    assert (
+        rc == 1 and f"damaged {p.name}: its bytes hash to" in out and f"missing {blob(hub, lost).name}" in out
+    )
+    assert not p.exists() and list((hub.data_dir / "blobs" / "quarantine").glob(p.name + ".*"))
+    r = httpx2.get(f"{hub.url}/kernels/gcu/fsck/resolve/main/good")
+    assert r.status_code == 200 and r.content == good
+
+
+def test_gc_and_fsck_refuse_a_folder_that_is_no_hub(tmp_path):
+    rc, _ = run_cli("gc", "--data", str(tmp_path))
+    assert rc == 2
