@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..errors import HubError
 from . import db
+from .rowcache import RowCache
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ def token_hash(token: str) -> str:
 class Accounts:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self._rows = RowCache(engine)
 
     # --- tokens ----------------------------------------------------------------------------------
     def create_token(self, user: str, write: list[str]) -> str:
@@ -54,6 +56,9 @@ class Accounts:
 
     def principal(self, token: str) -> Principal | None:
         """The principal of a token (user + explicit namespaces + orgs it belongs to), or None."""
+        return self._rows.get(("token", token_hash(token)), lambda: self._principal(token))
+
+    def _principal(self, token: str) -> Principal | None:
         with db.read_tx(self.engine) as c:
             row = c.execute(select(db.tokens).where(db.tokens.c.hash == token_hash(token))).first()
             if not row:

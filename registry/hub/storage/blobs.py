@@ -109,7 +109,7 @@ class BlobStore:
     # --- writes --------------------------------------------------------------------------------
     def stage_bytes(self, data: bytes) -> StagedBlob:
         """Write inline content to a temp file; returns its ids (sha256 and git blob sha1)."""
-        fd, name = tempfile.mkstemp(dir=self.tmp)
+        fd, name = _mkstemp(self.tmp)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -188,7 +188,7 @@ class BlobWriter:
     """Streams bytes of unknown content into a temp file, hashing them on the way (LFS uploads)."""
 
     def __init__(self, tmp_dir: Path):
-        fd, name = tempfile.mkstemp(dir=tmp_dir)
+        fd, name = _mkstemp(tmp_dir)
         self._file = os.fdopen(fd, "wb")
         self._path = Path(name)
         self._hash = hashlib.sha256()
@@ -236,6 +236,13 @@ def _lock_is_free(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _mkstemp(folder: Path) -> tuple[int, str]:
+    """A temp file that becomes a blob: readable by all (nginx's workers serve blobs under another user)."""
+    fd, name = tempfile.mkstemp(dir=folder)
+    os.fchmod(fd, 0o644)
+    return fd, name
 
 
 def _fsync_dir(path: Path) -> None:

@@ -21,6 +21,7 @@ from ..errors import HubError
 from ..manifest import FileEntry, Manifest, Op, apply_ops
 from ..validate import HEX40, HEX_PREFIX
 from . import db
+from .rowcache import RowCache
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,13 @@ class RepoStore:
         self.engine = engine
         self._manifests: OrderedDict[tuple[int, str], Manifest] = OrderedDict()
         self._lock = Lock()
+        self._rows = RowCache(engine)
 
     # --- repos ---------------------------------------------------------------------------------
     def get(self, type_: str, namespace: str, name: str) -> Repo | None:
+        return self._rows.get(("repo", type_, namespace, name), lambda: self._get(type_, namespace, name))
+
+    def _get(self, type_: str, namespace: str, name: str) -> Repo | None:
         with db.read_tx(self.engine) as c:
             row = c.execute(
                 select(db.repos).where(
@@ -121,6 +126,9 @@ class RepoStore:
         return [Ref(r.kind, r.name, r.commit_id) for r in rows]
 
     def ref(self, repo: Repo, kind: str, name: str) -> str | None:
+        return self._rows.get(("ref", repo.id, kind, name), lambda: self._ref(repo, kind, name))
+
+    def _ref(self, repo: Repo, kind: str, name: str) -> str | None:
         with db.read_tx(self.engine) as c:
             return c.execute(
                 select(db.refs.c.commit_id).where(
