@@ -5,7 +5,7 @@ VENV_CUDA := .venv-cuda
 BIN := $(VENV)/bin
 DATA ?= .hub-data
 
-.PHONY: venv venv-cuda demo test test-fast lint serve chromium
+.PHONY: venv venv-cuda demo test test-fast lint serve chromium nginx
 
 $(VENV)/.stamp: requirements/cpu.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,13 +40,21 @@ chromium:
 	    $$([ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } || \
 	  echo "make chromium: could not install chromium; the matrix page screenshot test will be skipped"
 
+# nginx (Debian package) is the load balancer of the fleet tests (tests/fleet) and the file server the serving
+# benchmarks compare with. Without apt those tests skip and say so.
+nginx:
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || \
+	  { $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -q && \
+	    $$([ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx; } || \
+	  echo "make nginx: could not install nginx; the fleet tests through a load balancer will be skipped"
+
 ## Style gate: one formatter, one linter, over the whole tree (what .ci/run runs first).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 ## The whole CPU test suite (what .ci/run runs).
-test: venv venv-cuda chromium lint
+test: venv venv-cuda chromium nginx lint
 	KERNEL_HUB_CUDA_PYTHON=$(CURDIR)/$(VENV_CUDA)/bin/python TRITON_INTERPRET=1 $(BIN)/python -m pytest
 
 test-fast: venv
