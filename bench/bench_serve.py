@@ -3,7 +3,7 @@
 One kernel repo of small (16 KiB) and large (2 MiB) files is published to a hub; the same bytes are laid out
 for a plain nginx file server. `wrk` (32 connections) downloads them from each setup in turn:
 
-  nginx-static   nginx serving the files from a folder (sendfile): the ceiling
+  nginx-static   nginx serving the files from a folder (sendfile): the ceiling (run first and last)
   hub-1          `kernel-hub serve` alone, 1 worker (the embedded default; starlette FileResponse)
   hub-N          `kernel-hub serve --workers N`
   nginx+hub-N    the recommended deployment: nginx in front, `serve --workers N --accel-redirect /_blobs`
@@ -155,11 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     publish(first.url, token, files)
     first.stop()
 
-    static = Nginx.files(files, workers="auto").start()
-    try:
-        measure("nginx-static", static.url, "/", paths, args, work, results)
-    finally:
-        static.destroy()
+    def nginx_static(name: str) -> None:
+        static = Nginx.files(files, workers="auto").start()
+        try:
+            measure(name, static.url, "/", paths, args, work, results)
+        finally:
+            static.destroy()
+
+    nginx_static("nginx-static")
     if args.old_src:
         old = hub(src=args.old_src)
         try:
@@ -183,10 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         front.destroy()
         h.stop()
 
+    nginx_static("nginx-static-2")  # again at the end: the machine's load drifts during a run
+
     best = f"nginx+hub-{args.workers}"
+    ceiling = {  # the better of the two nginx runs: the ratios are not flattered by a slow one
+        size: max(results[n][size][k] for n in ("nginx-static", "nginx-static-2"))
+        for size, k in (("2MiB", "mb_s"), ("16KiB", "req_s"))
+    }
     ratios = {
-        "large_mb_s_vs_nginx": results[best]["2MiB"]["mb_s"] / results["nginx-static"]["2MiB"]["mb_s"],
-        "small_req_s_vs_nginx": results[best]["16KiB"]["req_s"] / results["nginx-static"]["16KiB"]["req_s"],
+        "large_mb_s_vs_nginx": results[best]["2MiB"]["mb_s"] / ceiling["2MiB"],
+        "small_req_s_vs_nginx": results[best]["16KiB"]["req_s"] / ceiling["16KiB"],
     }
     if "old-hub-1" in results:
         ratios["small_req_s_vs_old_hub"] = (
