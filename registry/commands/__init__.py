@@ -8,7 +8,17 @@ from __future__ import annotations
 import importlib
 
 # One module per sub-command (or family), each with `register(subparsers)`.
-_MODULES: list[str] = ["serve", "admin", "maintenance", "build", "publish", "matrix", "variants", "demo", "lock"]
+_MODULES: list[str] = [
+    "serve",
+    "admin",
+    "maintenance",
+    "build",
+    "publish",
+    "matrix",
+    "variants",
+    "demo",
+    "lock",
+]
 
 
 def register(subparsers) -> None:
