@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.utils import ClientDisconnected
 
 from . import commits, files, lfs, orgs, pages, refs, repos
 from .errors import HubError
@@ -85,9 +86,11 @@ class HubApp:
                 return
             response.headers["X-Request-Id"] = request_id  # the client quotes it in its error messages
             await response(scope, receive, send)
-        except (ClientDisconnect, OSError) as e:
+        except (ClientDisconnect, ClientDisconnected, ConnectionError) as e:
             # The client went away mid-request or mid-answer: nothing to answer, nothing broken.
-            log.info("client disconnected %s on %s %s (%s)", request_id, request.method, _path(request), e)
+            log.info("client disconnected %s on %s %s (%r)", request_id, request.method, _path(request), e)
+        except OSError as e:  # after the headers went out (a blob removed mid-read): only the log can say
+            log.error("answer %s on %s %s cut short: %s", request_id, request.method, _path(request), e)
 
     async def _answer(self, request: Request, request_id: str) -> Response | None:
         try:
