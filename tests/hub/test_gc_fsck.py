@@ -78,7 +78,7 @@ def test_gc_removes_stale_publish_branches_only(gc_hub):
 
 
 def test_gc_while_publishers_reupload_the_same_bytes_loses_nothing(gc_hub):
-    """gc in a loop with a 5 s grace (a promote-to-commit takes milliseconds), racing commits of the very
+    """gc in a loop with a 30 s grace (a promote-to-commit takes milliseconds), racing commits of the very
     bytes it is deleting (stored long ago, referenced by nothing): every commit's blob stays."""
     hub, api = gc_hub
     api.create_repo("gcu/race", repo_type="kernel")
@@ -93,7 +93,7 @@ def test_gc_while_publishers_reupload_the_same_bytes_loses_nothing(gc_hub):
 
     def collect():
         while not stop.is_set():
-            run_cli("gc", "--data", str(hub.data_dir), "--grace", "5")
+            run_cli("gc", "--data", str(hub.data_dir), "--grace", "30")
 
     t = threading.Thread(target=collect)
     t.start()
