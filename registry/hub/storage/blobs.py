@@ -36,7 +36,9 @@ def git_blob_sha1(data: bytes) -> str:
     The same function as huggingface_hub's `utils.sha.git_hash` (tests/hub/test_units.py holds them equal);
     written here because the server never imports huggingface_hub.
     """
-    return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()
+    h = hashlib.sha1(b"blob %d\x00" % len(data))
+    h.update(data)  # not `header + data`: no copy of a large file, and hashlib lets go of the GIL
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
