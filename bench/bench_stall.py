@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         finally:
             hub.stop()
+            shutil.rmtree(data.parent, ignore_errors=True)
     if args.out:
         meta = {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
