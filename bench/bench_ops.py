@@ -18,86 +18,28 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 import harness
+
+# The standard workloads: one list for this benchmark, `kernel-hub bench` and the loader's speed check.
+from registry.client.workloads import WORKLOADS, Workload, api_forward, as_call, make_inputs
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-@dataclass(frozen=True)
-class Workload:
-    kind: str  # mlp | gated | act_and_mul
-    rows: int
-    train: bool = False  # forward + backward (grads of every input and weight)
-
-    @property
-    def name(self) -> str:
-        what = {
-            "mlp": "mlp 3xLinear(1024)+ReLU",
-            "gated": "gated GeGLU-tanh H=768 I=3072",
-            "act_and_mul": "act_and_mul gelu_tanh [M,3072]",
-        }[self.kind]
-        return f"{what} M={self.rows}" + (" fwd+bwd" if self.train else "")
-
-    def flops_bytes(self, elem: int) -> tuple[float, float]:
-        m, f = self.rows, 3 if self.train else 1
-        if self.kind == "mlp":
-            d = 1024
-            return f * 2 * m * d * d * 3, elem * (f * 2 * m * d + 3 * d * d + 3 * d)
-        if self.kind == "gated":
-            h, i = 768, 3072
-            return f * 6 * m * h * i, elem * (f * 2 * m * h + 3 * h * i)
-        return 5 * m * 3072, elem * 3 * m * 3072 * f
-
-    def floor_us(self, elem: int) -> float:
-        flops, nbytes = self.flops_bytes(elem)
-        return max(flops / harness.PEAK_FLOPS, nbytes / harness.PEAK_BYTES) * 1e6
-
-
-WORKLOADS = (
-    Workload("mlp", 16),
-    Workload("mlp", 1024),
-    Workload("mlp", 4096),
-    Workload("mlp", 8192),
-    Workload("gated", 16),
-    Workload("gated", 1024),
-    Workload("gated", 8192),
-    Workload("act_and_mul", 8192),
-    Workload("mlp", 1024, train=True),
-    Workload("gated", 8192, train=True),
-)
 # torch.compile(mode="max-autotune") only here: it autotunes each GEMM shape (minutes of device time).
 MAX_AUTOTUNE_ROWS = ("gated GeGLU-tanh H=768 I=3072 M=8192",)
 
 
-def make_inputs(w: Workload, dtype: torch.dtype) -> dict:
-    """Fresh random inputs (never zeros); weights scaled so activations stay O(1)."""
-
-    def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, device="cuda") * scale).to(dtype).requires_grad_(w.train)
-
-    if w.kind == "mlp":
-        d = 1024
-        return {
-            "x": rnd(w.rows, d),
-            "ws": [rnd(d, d, scale=d**-0.5) for _ in range(3)],
-            "bs": [rnd(d) for _ in range(3)],
-        }
-    if w.kind == "gated":
-        h, i = 768, 3072
-        return {"x": rnd(w.rows, h), "wg": rnd(i, h, scale=h**-0.5), "wu": rnd(i, h, scale=h**-0.5),
-                "wd": rnd(h, i, scale=i**-0.5)}  # fmt: skip
-    return {"gate": rnd(w.rows, 3072), "up": rnd(w.rows, 3072)}
-
-
-def leaves(a: dict) -> list[torch.Tensor]:
-    return [t for v in a.values() for t in (v if isinstance(v, list) else [v])]
+def floor_us(w: Workload, elem: int) -> float:
+    """max(FLOPs / peak FLOP/s, bytes / peak bandwidth) of the H200 in µs."""
+    flops, nbytes = w.flops_bytes(elem)
+    return max(flops / harness.PEAK_FLOPS, nbytes / harness.PEAK_BYTES) * 1e6
 
 
 def eager_forward(w: Workload, a: dict) -> torch.Tensor:
@@ -112,14 +54,6 @@ def eager_forward(w: Workload, a: dict) -> torch.Tensor:
         g = F.gelu(F.linear(a["x"], a["wg"]), approximate="tanh")
         return F.linear(g * F.linear(a["x"], a["wu"]), a["wd"])
     return F.gelu(a["gate"], approximate="tanh") * a["up"]
-
-
-def ours_forward(w: Workload, a: dict, kernel) -> torch.Tensor:
-    if w.kind == "mlp":
-        return kernel.mlp(a["x"], a["ws"], a["bs"], "relu")
-    if w.kind == "gated":
-        return kernel.gated_mlp(a["x"], a["wg"], a["wu"], a["wd"], "gelu_tanh")
-    return kernel.act_and_mul(a["gate"], a["up"], "gelu_tanh")
 
 
 def cublaslt_forward(w: Workload, a: dict) -> torch.Tensor | None:
@@ -151,25 +85,6 @@ def reference64(w: Workload, a: dict) -> torch.Tensor:
     return eager_forward(w, a64)
 
 
-def as_call(w: Workload, a: dict, forward: Callable[[], torch.Tensor]) -> Callable[[], object]:
-    """One forward (inference, no grad) or one forward + backward (grads of every leaf, no accumulation)."""
-    if not w.train:
-
-        def infer():
-            with torch.no_grad():
-                return forward()
-
-        return infer
-    params = leaves(a)
-    out = forward()
-    upstream = torch.randn_like(out)
-
-    def train():
-        return torch.autograd.grad(forward(), params, upstream)
-
-    return train
-
-
 def implementations(
     w: Workload, a: dict, kernels: dict, max_autotune: bool, skip: set[str]
 ) -> dict[str, Callable]:
@@ -194,7 +109,7 @@ def implementations(
         impls["compile_max_autotune"] = compiled("max-autotune")
     impls["liger"] = lambda: (lambda: liger_forward(w, a)) if w.kind != "mlp" else None
     for label, kernel in kernels.items():
-        impls[f"ours:{label}"] = lambda kernel=kernel: lambda: ours_forward(w, a, kernel)
+        impls[f"ours:{label}"] = lambda kernel=kernel: lambda: api_forward(w, a, kernel)
     return {name: build for name, build in impls.items() if name not in skip}
 
 
@@ -209,7 +124,7 @@ def bench_workload(
     rows = []
     for name, build in implementations(w, a, kernels, max_autotune, skip).items():
         row = {"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "impl": name,
-               "floor_us": w.floor_us(elem)}  # fmt: skip
+               "floor_us": floor_us(w, elem)}  # fmt: skip
         t0 = time.perf_counter()
         try:
             forward = build()

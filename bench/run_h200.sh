@@ -4,17 +4,19 @@
 # the build twice (acme/fused-mlp: every variant, so get_kernel picks the stable-ABI CUDA one; and
 # acme/fused-mlp-triton: the torch-cuda variant alone), load both with registry.get_kernel, run the GPU
 # tests, then the benchmarks (host cost, path table, ops, model) against what get_kernel returned, and
-# print the summary tables last. Raw JSON and logs go to $OUT (7 files, flat).
+# print the summary tables last. Raw JSON and logs go to $OUT (8 files at most, flat: the device tool returns 8).
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
-# env: OUT (default ./h200-out); STAGES (default "tests check host paths ops model", run in that order); QUICK=1: fewer rows, no
+# env: OUT (default ./h200-out); STAGES (default "tests check host paths ops model loader", run in that order); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS). Each stage has a time
-# limit (tests 130+90 s, check 90 s per group, paths 150 s, ops 120 s, model 150 s) and writes its JSON as it
-# goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
+# limit (tests 130+90 s, check 90 s per group, paths 150 s, ops 120 s, model 150 s, loader 40+150 s) and
+# writes its JSON as it goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
 # kernels) in a child process first; a failing one is switched off (FUSED_MLP_CUDA_DISABLE) for the later
 # stages, which then run its step's fallback, and the log says so.
+# The loader stage (issue #10) runs last and on its own repo (acme/fused-mlp-loader): its `kernel-hub bench`
+# record reorders that repo's variants, which must not change what the other stages load.
 #
 # Device time on the H200 (2026-12-03): QUICK=1 took 112 s after the machine's start; the full run is
 # estimated at 5-8 minutes (bench/RESULTS.md); the stage limits keep it under 9.
@@ -24,7 +26,7 @@ DIST="$(cd "${1:?usage: bench/run_h200.sh DIST [WHEELS_DIR]}" && pwd)"
 WHEELS="${2:-}"
 OUT="${OUT:-$PWD/h200-out}"
 QUICK="${QUICK:-0}"
-STAGES="${STAGES:-tests check host paths ops model}"
+STAGES="${STAGES:-tests check host paths ops model loader}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/driver.log") 2>&1
 log() { echo "[run_h200 +${SECONDS}s] $*"; }
@@ -129,6 +131,14 @@ stage_model() {
   [ "$QUICK" = 1 ] && args=(--rows 16,1024 --modes infer --no-compile)
   timeout 150 python3 bench/bench_model.py "${LOAD[@]}" "${args[@]}" --json "$OUT/model.json" \
     || log "bench_model failed or timed out"
+}
+stage_loader() {  # issue #10: get_kernel cold/warm/pinned in fresh processes, HTTP requests, kernel-hub bench
+  if [ -z "${URL:-}" ]; then log "loader stage skipped: it needs the hub (HUB=0 or the hub failed)"; return; fi
+  log "loader: publish acme/fused-mlp-loader, then cold/warm/pinned get_kernel, kernel-hub bench, cold again"
+  timeout 40 python3 -m registry.cli publish acme/fused-mlp-loader "$DIST" --version 1 --endpoint "$URL" \
+    --token "$HF_TOKEN" --key "$WORK/key.pem" > /dev/null || { log "loader: publish failed"; return; }
+  timeout 150 python3 bench/loader_h200.py --repo acme/fused-mlp-loader --out "$OUT/loader.json" \
+    || log "loader stage failed or timed out (partial JSON in $OUT/loader.json)"
 }
 for stage in $STAGES; do "stage_$stage"; done
 log "done; summary:"

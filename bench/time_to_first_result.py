@@ -41,6 +41,7 @@ if mode == "registry":
     info = {k: m.__kernel_info__[k] for k in ("source", "variant", "reason", "detail")}
     info["check"] = m.__kernel_info__["check"]["status"]
     info["check_summary"] = m.__kernel_info__["check"].get("summary")
+    info["speed"] = m.__kernel_info__["speed"].get("summary") or m.__kernel_info__["speed"]["status"]
 elif mode == "kernels":
     import kernels
     m = kernels.get_kernel(repo, version=1, trust_remote_code=True)

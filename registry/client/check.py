@@ -254,15 +254,15 @@ def cache_key(commit: str, variant: str, device: str) -> str:
     return f"{commit}|{variant}|{device_label(device)}|torch {torch.__version__}"
 
 
-class CheckCache:
-    """Passed checks in `<cache>/kernel-hub/checks.json`.
+class JsonCache:
+    """Results by key in `<cache>/kernel-hub/<name>` (a JSON object), shared by every process using the cache.
 
-    Writers (several processes may share a cache) hold `checks.json.lock` across read-modify-write, so no
-    pass is lost; the file is replaced atomically, so readers never take a lock.
+    Writers hold `<name>.lock` across read-modify-write, so no entry is lost; the file is replaced
+    atomically, so readers never take a lock.
     """
 
-    def __init__(self, cache_dir: Path):
-        self.path = Path(cache_dir) / "kernel-hub" / "checks.json"
+    def __init__(self, cache_dir: Path, name: str):
+        self.path = Path(cache_dir) / "kernel-hub" / name
 
     def _read(self) -> dict:
         try:
@@ -270,8 +270,26 @@ class CheckCache:
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
 
-    def get(self, key: str) -> CheckResult | None:
+    def get_raw(self, key: str) -> dict | None:
         entry = self._read().get(key)
+        return entry if isinstance(entry, dict) and entry else None
+
+    def put_raw(self, key: str, entry: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(self.path.with_name(self.path.name + ".lock")):
+            data = self._read()
+            data[key] = entry
+            write_atomic(self.path, json.dumps(data, indent=1).encode())
+
+
+class CheckCache(JsonCache):
+    """Passed checks in `<cache>/kernel-hub/checks.json`."""
+
+    def __init__(self, cache_dir: Path):
+        super().__init__(cache_dir, "checks.json")
+
+    def get(self, key: str) -> CheckResult | None:
+        entry = self.get_raw(key)
         if not entry:
             return None
         cases = tuple(CaseResult(**c) for c in entry["cases"])
@@ -280,11 +298,7 @@ class CheckCache:
         )
 
     def put(self, key: str, result: CheckResult) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(self.path.with_name(self.path.name + ".lock")):
-            data = self._read()
-            data[key] = {k: v for k, v in result.to_dict().items() if k not in ("summary", "cached")}
-            write_atomic(self.path, json.dumps(data, indent=1).encode())
+        self.put_raw(key, {k: v for k, v in result.to_dict().items() if k not in ("summary", "cached")})
 
 
 def checked(

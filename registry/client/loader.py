@@ -1,12 +1,16 @@
-"""`get_kernel`: the fastest verified, checked kernel variant for this machine, else the same API as a fallback.
+"""`get_kernel`: the fastest trusted, verified, checked kernel variant for this machine, else the same API as a fallback.
 
-Steps (docs/ARCHITECTURE.md): version -> commit (online refs, or the cache offline); every variant decided by
-`resolve.resolve_variant` (kernels' rules + GPU arch); the accepted ones, best first, are downloaded
-one at a time, their signature and digests verified before any import, imported under their unique
-`metadata.id`, and checked against the package's eager reference. The first that passes is returned.
-Otherwise `fallback` decides: "compile" = torch.compile of the package's `reference` functions (taken
-from a verified variant, CPU builds first), "eager" = those functions as they are, None = raise with
-the whole trace. Every returned module carries `__kernel_info__` saying what was loaded and why.
+Steps (docs/ARCHITECTURE.md, docs/CONTRACTS.md "Loader" and "Trust"): version -> commit (online refs, else the
+cache, with a warning when the hub does not answer); publisher trust (as `kernels`: the org's
+`trustedKernelPublisher` or `trust_remote_code`) — an untrusted repo runs nothing, not even its fallback;
+every variant decided by `resolve.resolve_variant`, the accepted ones ordered fastest first by the speed
+records of this GPU arch; then one at a time: download the files this machine runs, verify the signature
+(a key given by the user or pinned for the namespace) and every digest (a damaged cache file is fetched
+once more), import under its unique `metadata.id`, check against the package's eager reference, and time
+it against that reference (the speed check). The first that passes everything is returned. Otherwise
+`fallback` decides: "compile" = torch.compile of the package's `reference` functions (taken from a verified
+variant, CPU builds first), "eager" = those functions as they are, None = raise with the whole trace.
+Every returned module carries `__kernel_info__` saying what was loaded and why.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import sys
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,13 +28,28 @@ from kernels.hf_hub import RepoInfo
 from kernels.importer import _import_from_path
 
 from registry.errors import KernelHubError, KernelLoadError
-from registry.spec.digest import verify_digests
-from registry.spec.signing import SignatureError, verify_metadata
+from registry.spec.arch import parse_arch
+from registry.spec.digest import mismatches
+from registry.spec.signing import SignatureError
+from registry.spec.variant import METADATA, SIGNATURE, cubin_target
 
 from .check import CheckCache, CheckCrashed, CheckResult, cache_key, checked
 from .fallback import ACTIVATION_ARGS, FALLBACK_MODES, build_fallback
-from .fetch import FetchError, Hub, download_variant, publisher_keys, resolve_commit, variant_metadata
-from .resolve import Resolution, current_env, reference_sources, resolve_variant, trace_lines
+from .fetch import (
+    FetchError,
+    Hub,
+    commit_cached,
+    download_variant,
+    drop_cached,
+    refetch,
+    resolve_commit,
+    speed_records,
+    variant_metadata,
+)
+from .resolve import Env, Resolution, current_env, reference_sources, resolve_variant, trace_lines
+from .speed import SPEED_MODES, SpeedCache, SpeedCheckCrashed, SpeedResult, speed_checked
+from .speed_records import parse_records, recorded_order
+from .trust import TrustRemoteCode, Untrusted, publisher_trust, user_keys, verify_signature
 
 ALLOW_UNSIGNED_ENV = "KERNEL_HUB_ALLOW_UNSIGNED"
 
@@ -38,7 +58,25 @@ __all__ = ["KernelLoadError", "get_kernel"]
 
 
 class Refused(KernelHubError):
-    """One variant was refused after download: verification, import or check failed."""
+    """One variant was refused after download: verification, import, check or speed check failed."""
+
+
+def _check_arguments(version, fallback, check, speed_check, trust_remote_code) -> None:
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise TypeError(
+            f"version must be an int (the N of branch vN), not {type(version).__name__} {version!r}"
+            + (f": use version={int(version)}" if isinstance(version, str) and version.isdigit() else "")
+        )
+    if fallback not in (*FALLBACK_MODES, None):
+        raise ValueError(
+            f"fallback={fallback!r}: use 'compile', 'eager' or None (raise instead of falling back)"
+        )
+    if check not in ("once", "always", None):
+        raise ValueError(f"check={check!r}: use 'once' (cached pass), 'always' or None (skip)")
+    if speed_check not in (*SPEED_MODES, None):
+        raise ValueError(f"speed_check={speed_check!r}: use 'once' (cached verdict), 'always' or None (skip)")
+    if not isinstance(trust_remote_code, (bool, list)):
+        raise TypeError(f"trust_remote_code must be a bool or a list of repo ids, not {trust_remote_code!r}")
 
 
 def get_kernel(
@@ -48,6 +86,9 @@ def get_kernel(
     *,
     fallback: str | None = "compile",
     check: str | None = "once",
+    speed_check: str | None = "once",
+    trust_remote_code: TrustRemoteCode = False,
+    publisher_keys: Sequence[str] | None = None,
     endpoint: str | None = None,
     token: str | None = None,
     backend: str | None = None,
@@ -55,57 +96,49 @@ def get_kernel(
     """Load `repo_id` at `version` (branch vN) or `revision`; see the module docstring for the steps.
 
     `backend="cpu"` makes CPU builds eligible as the kernel (as in `kernels`); by default a machine
-    without a CUDA device gets the fallback with reason "no CUDA device".
+    without a CUDA device gets the fallback with reason "no CUDA device". `speed_check=None` serves a
+    kernel that passed the check even when it is slower than its fallback.
     """
-    if fallback not in (*FALLBACK_MODES, None):
-        raise ValueError(
-            f"fallback={fallback!r}: use 'compile', 'eager' or None (raise instead of falling back)"
-        )
-    if check not in ("once", "always", None):
-        raise ValueError(f"check={check!r}: use 'once' (cached pass), 'always' or None (skip)")
-    hub = Hub.from_env(endpoint, token)
-    try:
-        commit = resolve_commit(hub, repo_id, version, revision)
-        metas = variant_metadata(hub, repo_id, commit)
-    except FetchError as e:
-        raise KernelLoadError(f"{repo_id}: nothing to load and no reference to fall back to: {e}") from e
-    env = current_env()
-    load = _Load(
-        hub=hub,
-        repo_id=repo_id,
-        commit=commit,
-        metas=metas,
-        resolution=resolve_variant(metas, env, backend=backend),
-        device="cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu",
+    _check_arguments(version, fallback, check, speed_check, trust_remote_code)
+    load = plan_load(
+        repo_id,
+        version,
+        revision,
         check=check,
-        cache=CheckCache(hub.cache),
-        info={
-            "repo": repo_id,
-            "version": version,
-            "revision": revision,
-            "commit": commit,
-            "endpoint": hub.endpoint,
-            "offline": hub.offline,
-        },
+        speed_check=speed_check,
+        trust_remote_code=trust_remote_code,
+        publisher_keys=publisher_keys,
+        endpoint=endpoint,
+        token=token,
+        backend=backend,
     )
-
+    hub, commit, metas = load.hub, load.commit, load.metas
     attempts: list[str] = []
-    for name in load.resolution.accepted:
+    for name in load.order:
+        known_slow = _cached_slow(load, name)
+        if known_slow is not None:
+            attempts.append(f"{name}: {known_slow.reason()} (cached)")
+            continue
         try:
-            module, verification = _load_variant(hub, repo_id, commit, name)
-            reference, api = _reference(module, metas[name], Path(module.__file__))
+            module, verification = load_variant(load, name)
+            reference, api = reference_of(module, metas[name])
             result = _check(load, module, reference, api, name)
+            speed = _speed(load, module, reference, api, name)
         except Refused as e:
             attempts.append(f"{name}: {e}")
             continue
         verdict = next(v for v in load.resolution.verdicts if v.variant == name)
         module.__kernel_info__ = {
             **load.info,
+            "offline": hub.offline,
+            "offline_reason": hub.offline_reason,
             "variant": name,
             "source": "hub",
             "reason": "; ".join([*attempts, f"{name}: {verdict.reason}"]),
             "check": _check_info(result, check),
+            "speed": _speed_info(speed),
             "verification": verification,
+            "trust": verification.pop("trust"),
             "detail": verdict.detail,
             "trace": trace_lines(load.resolution, attempts),
         }
@@ -129,10 +162,97 @@ class _Load:
     commit: str
     metas: dict[str, dict]
     resolution: Resolution
+    order: tuple[str, ...]  # accepted variants, the order they are tried in
+    env: Env
     device: str
     check: str | None
+    speed_check: str | None
     cache: CheckCache
+    speed_cache: SpeedCache
+    keys: list[str] | None  # publisher keys the user gave (None: pinned / first use)
     info: dict  # the __kernel_info__ keys every outcome shares
+    publisher: str  # how the publisher is trusted
+
+    def wanted(self, relpath: str) -> bool:
+        """Whether this machine runs the variant file: AOT cubins only of its own Triton version and GPU arch."""
+        target = cubin_target(relpath)
+        if target is None:
+            return True
+        if self.device != "cuda" or target[0] != self.env.triton:
+            return False
+        return parse_arch(target[1]).same_cc(parse_arch(self.env.gpu_arch))
+
+
+def plan_load(
+    repo_id: str,
+    version: int | None,
+    revision: str | None,
+    *,
+    check: str | None = "once",
+    speed_check: str | None = "once",
+    trust_remote_code: TrustRemoteCode = False,
+    publisher_keys: Sequence[str] | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    backend: str | None = None,
+) -> _Load:
+    """Everything before the first variant is tried: commit, publisher trust, variants, their order.
+
+    Raises KernelLoadError when there is nothing to load, or the repo is not trusted (then not even its
+    fallback runs: the fallback is the repo's own reference code).
+    """
+    hub = Hub.from_env(endpoint, token)
+    try:
+        commit = resolve_commit(hub, repo_id, version, revision)
+    except FetchError as e:
+        raise KernelLoadError(f"{repo_id}: nothing to load and no reference to fall back to: {e}") from e
+    cached = revision is not None and commit_cached(hub, repo_id, commit)
+    try:
+        publisher = publisher_trust(hub, repo_id, trust_remote_code, ask_hub=not cached)
+    except Untrusted as e:
+        raise KernelLoadError(
+            f"{repo_id}@{commit[:12]}: refused, nothing of it runs (its fallback is its own reference code "
+            f"too): {e}"
+        ) from e
+    try:
+        metas = variant_metadata(hub, repo_id, commit)
+    except FetchError as e:
+        raise KernelLoadError(f"{repo_id}: nothing to load and no reference to fall back to: {e}") from e
+    env = current_env()
+    resolution = resolve_variant(metas, env, backend=backend)
+    order, speedups = recorded_order(
+        resolution.accepted, parse_records(speed_records(hub, repo_id, commit)), env
+    )
+    return _Load(
+        hub=hub,
+        repo_id=repo_id,
+        commit=commit,
+        metas=metas,
+        resolution=resolution,
+        order=tuple(order),
+        env=env,
+        device="cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu",
+        check=check,
+        speed_check=speed_check,
+        cache=CheckCache(hub.cache),
+        speed_cache=SpeedCache(hub.cache),
+        keys=user_keys(publisher_keys),
+        info={
+            "repo": repo_id,
+            "version": version,
+            "revision": revision,
+            "commit": commit,
+            "endpoint": hub.endpoint,
+            "offline": hub.offline,
+            "offline_reason": hub.offline_reason,
+            "order": {
+                "variants": order,
+                "by": "recorded speed-up over eager on this GPU arch" if speedups else "kernels' preference",
+                "recorded_speedup": {v: round(s, 3) for v, s in speedups.items()},
+            },
+        },
+        publisher=publisher,
+    )
 
 
 def _fallback(load: _Load, attempts: list[str], reason: str, mode: str) -> types.ModuleType:
@@ -140,10 +260,9 @@ def _fallback(load: _Load, attempts: list[str], reason: str, mode: str) -> types
     source_failures: list[str] = []
     for name in reference_sources(load.metas):
         try:
-            path = download_variant(load.hub, load.repo_id, load.commit, name)
-            verification = verify_variant(load.hub, load.repo_id, path)
+            path, verification = _fetch_verified(load, name)
             reference, api = _reference(None, load.metas[name], _package_init(path, load.metas[name]))
-        except (FetchError, Refused) as e:
+        except Refused as e:
             source_failures.append(f"{name}: {e}")
             continue
         break
@@ -166,12 +285,16 @@ def _fallback(load: _Load, attempts: list[str], reason: str, mode: str) -> types
             mode, module = "eager", build_fallback(reference, api, "eager", f"{module_name}_eager")
     module.__kernel_info__ = {
         **load.info,
+        "offline": load.hub.offline,
+        "offline_reason": load.hub.offline_reason,
         "variant": None,
         "source": f"fallback-{mode}",
         "reason": reason,
         "check": _check_info(result, load.check if mode == "compile" else "oracle"),
+        "speed": {"status": "not needed: the fallback is the baseline"},
         "reference_variant": name,
         "verification": verification,
+        "trust": verification.pop("trust"),
         "detail": {},
         "trace": trace_lines(load.resolution, attempts) + [f"reference from {f}" for f in source_failures],
     }
@@ -192,6 +315,28 @@ def _check(load: _Load, module, reference, api: list[str], variant: str) -> Chec
     return result
 
 
+def _cached_slow(load: _Load, variant: str) -> SpeedResult | None:
+    """A cached "slower than its fallback" verdict for `variant` here (then it is not even downloaded)."""
+    if load.speed_check != "once":
+        return None
+    hit = load.speed_cache.get(cache_key(load.commit, variant, load.device))
+    return hit if hit is not None and not hit.passed else None
+
+
+def _speed(load: _Load, module, reference, api: list[str], variant: str) -> SpeedResult | None:
+    """The speed check per `load.speed_check`; a kernel slower than its fallback is refused."""
+    key = cache_key(load.commit, variant, load.device)
+    try:
+        result = speed_checked(
+            module, reference, api, device=load.device, key=key, mode=load.speed_check, cache=load.speed_cache
+        )
+    except SpeedCheckCrashed as e:
+        raise Refused(f"speed check crashed: {e}") from e
+    if result is not None and not result.passed:
+        raise Refused(result.reason())
+    return result
+
+
 def _check_info(result: CheckResult | None, mode: str | None) -> dict:
     if mode == "oracle":
         return {"status": "not needed: the eager reference is the oracle"}
@@ -201,47 +346,91 @@ def _check_info(result: CheckResult | None, mode: str | None) -> dict:
     return {"status": status, **result.to_dict()}
 
 
-def verify_variant(hub: Hub, repo_id: str, path: Path) -> dict:
-    """Signature over metadata.json by a key registered for the namespace, then every file's digest."""
-    meta_bytes = (path / "metadata.json").read_bytes()
-    sig_path = path / "metadata.json.sig"
-    namespace = repo_id.split("/", 1)[0]
+def _speed_info(result: SpeedResult | None) -> dict:
+    if result is None:
+        return {"status": "skipped (speed_check=None)"}
+    status = "passed (cached)" if result.cached else "passed"
+    return {"status": status, **result.to_dict()}
+
+
+class _Damaged(Refused):
+    """Verification failed on files that a fresh download might repair (`paths`, variant-relative)."""
+
+    def __init__(self, message: str, paths: list[str]):
+        super().__init__(message)
+        self.paths = paths
+
+
+def verify_variant(load: _Load, path: Path, skipped: Sequence[str] = ()) -> dict:
+    """The signature over metadata.json by a trusted key, then every file's digest; returns what was verified.
+
+    Raises Refused for an unsigned build (unless allowed) or an untrusted key, _Damaged for a signature or
+    digest that does not match the files.
+    """
+    meta_bytes = (path / METADATA).read_bytes()
+    sig_path = path / SIGNATURE
     if not sig_path.is_file():
         if os.environ.get(ALLOW_UNSIGNED_ENV) != "1":
             raise Refused(
-                f"unsigned: build/{path.name} has no metadata.json.sig (republish with `kernel-hub publish`, "
+                f"unsigned: build/{path.name} has no {SIGNATURE} (republish with `kernel-hub publish`, "
                 f"or set {ALLOW_UNSIGNED_ENV}=1 to accept unsigned builds)"
             )
-        signed_by = None
+        keys = {"key_id": None, "keys": "unsigned (allowed)", "pin_file": None}
     else:
-        keys = publisher_keys(hub, namespace)
-        if not keys:
-            raise Refused(
-                f"signature cannot be checked: {hub.endpoint} lists no publisher keys for {namespace!r}"
-            )
         try:
-            signed_by = verify_metadata(meta_bytes, sig_path.read_text(), keys)
+            decision = verify_signature(
+                load.hub, load.repo_id, load.commit, meta_bytes, sig_path.read_text(), load.keys
+            )
         except SignatureError as e:
-            raise Refused(f"signature: {e}") from e
+            raise _Damaged(f"signature: {e}", [METADATA, SIGNATURE]) from e
+        except Untrusted as e:
+            raise Refused(f"untrusted key: {e}") from e
+        keys = {"key_id": decision.key_id, "keys": decision.how, "pin_file": decision.pin_file}
     try:
         metadata = json.loads(meta_bytes)
     except json.JSONDecodeError as e:
-        raise Refused(f"metadata.json is not JSON: {e}") from e
-    problems = verify_digests(path, metadata)
+        raise Refused(f"{METADATA} is not JSON: {e}") from e
+    problems = mismatches(path, metadata, absent_ok=skipped)
+    if METADATA in problems:
+        raise Refused(problems[METADATA])
     if problems:
-        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise Refused("digest mismatch: " + "; ".join(problems[:3]) + more)
-    return {"signed_by": signed_by, "files": len(metadata["digest"]["files"])}
+        lines = list(problems.values())
+        more = f" (+{len(lines) - 3} more)" if len(lines) > 3 else ""
+        raise _Damaged("digest mismatch: " + "; ".join(lines[:3]) + more, list(problems))
+    return {
+        "signed_by": keys["key_id"],
+        "files": len(metadata["digest"]["files"]) - len(skipped),
+        "skipped": len(skipped),
+        "trust": {"publisher": load.publisher, **keys},
+    }
 
 
-def _load_variant(hub: Hub, repo_id: str, commit: str, name: str) -> tuple[types.ModuleType, dict]:
+def _fetch_verified(load: _Load, name: str) -> tuple[Path, dict]:
+    """Download what this machine runs of `build/<name>` and verify it; damaged cached files are fetched once more."""
     try:
-        path = download_variant(hub, repo_id, commit, name)
+        path, skipped = download_variant(load.hub, load.repo_id, load.commit, name, load.wanted)
+        return path, verify_variant(load, path, skipped)
     except FetchError as e:
         raise Refused(str(e)) from e
-    verification = verify_variant(hub, repo_id, path)
+    except _Damaged as e:
+        damaged = e
+    drop_cached(path, damaged.paths)
     try:
-        module = _import_from_path(path, {}, RepoInfo(repo_id=repo_id, revision=commit))
+        refetch(load.hub, load.repo_id, load.commit, name, damaged.paths)
+        verification = verify_variant(load, path, skipped)
+    except FetchError as e:
+        raise Refused(f"{damaged} (in the cache; {e})") from e
+    except _Damaged as e:
+        raise Refused(f"{e} (downloaded again: the hub serves these bytes)") from e
+    verification["repaired"] = sorted(damaged.paths)
+    return path, verification
+
+
+def load_variant(load: _Load, name: str) -> tuple[types.ModuleType, dict]:
+    """Download, verify and import `build/<name>` (no check); Refused says why not."""
+    path, verification = _fetch_verified(load, name)
+    try:
+        module = _import_from_path(path, {}, RepoInfo(repo_id=load.repo_id, revision=load.commit))
     except Exception as e:  # any import-time failure of foreign code refuses the variant
         raise Refused(f"import failed: {type(e).__name__}: {e}") from e
     return module, verification
@@ -256,6 +445,11 @@ def _package_init(path: Path, metadata: dict) -> Path:
     if nested.is_file():
         return nested
     raise Refused(f"build/{path.name} has no __init__.py (checked {flat} and {nested})")
+
+
+def reference_of(module: types.ModuleType, metadata: dict) -> tuple[types.ModuleType, list[str]]:
+    """The loaded variant's own reference module and public API."""
+    return _reference(module, metadata, Path(module.__file__))
 
 
 def _reference(

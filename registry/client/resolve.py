@@ -12,7 +12,10 @@ of the fallback's reference code. Used by the loader, `kernel-hub variants` and 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import hashlib
 import importlib.metadata
+import json
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +51,13 @@ class Env:
     triton: str | None
     cxx11_abi: bool = True
     driver_cuda: str | None = None
+
+
+def fingerprint(env: Env) -> str:
+    """Stable id of a machine environment: readable prefix + sha256 of every Env field (record file names)."""
+    canonical = json.dumps(dataclasses.asdict(env), sort_keys=True).encode()
+    device = env.gpu_arch or "cpu"
+    return f"{device}-{env.cpu}-py{env.python}-{hashlib.sha256(canonical).hexdigest()[:12]}"
 
 
 @dataclass(frozen=True)

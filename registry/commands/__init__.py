@@ -1,4 +1,5 @@
-"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, build, publish, variants, demo, matrix, lock).
+"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, build, publish, variants, demo, matrix,
+lock, bench).
 
 This is the layer that wires the parts together (e.g. `serve` hands the matrix page section to the hub).
 """
@@ -15,6 +16,7 @@ _MODULES: list[str] = [
     "build",
     "publish",
     "matrix",
+    "bench",
     "variants",
     "demo",
     "lock",

@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from registry.matrix.store import (
         MatrixSourceError,
         check_records,
+        speed_records,
         variant_metadata,
         version_commit,
         versions,
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 commit=commit,
                 variants=variant_metadata(api, args.repo, commit),
                 records=check_records(api, args.repo, commit),
+                speed=speed_records(api, args.repo, commit),
             )
             for n, commit in targets
         ]

@@ -1,8 +1,11 @@
 """The compatibility matrix itself: for each promised environment, the variant the loader would choose.
 
-Pure: variant metadata at one commit + the environments of build/matrix.toml + recorded checks ->
-`Matrix`. The decision is the loader's own `registry.resolve.resolve_variant`, so the matrix can never
-disagree with what `get_kernel` does on that machine; recorded checks then confirm or refute a cell.
+Pure: variant metadata at one commit + the environments of build/matrix.toml + recorded checks and speed
+records -> `Matrix`. The decision is the loader's own: `resolve_variant`, then the accepted variants in
+the order the speed records of that GPU arch give them (`recorded_order`), minus those recorded slower
+than eager (the loader's speed check would refuse them), so the matrix never disagrees with what
+`get_kernel` does on that machine; recorded checks then confirm or refute a cell, and the record's
+speed-up over eager says what to expect.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from kernels.backends import CUDA
 from kernels.variants import NoarchVariant, parse_variant
 
 from registry.client.resolve import Resolution, Verdict, resolve_variant
+from registry.client.speed_records import SpeedRecord, recorded_order, records_for
 
 from .config import MatrixConfig, MatrixEnv
 from .records import CheckRecord
@@ -34,13 +38,15 @@ class Cell:
     how: str  # "AOT sm_90a" | "Triton JIT" | "SASS sm_80" | "PTX sm_86" | "" (fallback)
     reason: str  # the fallback reason, or the loader's acceptance reason
     checks: tuple[CheckRecord, ...] = ()
+    speedup: float | None = None  # recorded speed-up of `chosen` over eager (geometric mean over workloads)
 
     @property
     def label(self) -> str:
-        """One line for a table: `torch-cuda (AOT sm_90a)` or `fallback: torch.compile — <reason>`."""
+        """One line for a table: `torch-cuda (AOT sm_90a) ×2.10 vs eager` or `fallback: torch.compile — <reason>`."""
         if self.chosen is None:
             return f"{FALLBACK} — {self.reason}"
-        return f"{self.chosen} ({self.how})"
+        speed = f" ×{self.speedup:.2f} vs eager" if self.speedup is not None else ""
+        return f"{self.chosen} ({self.how}){speed}"
 
     @property
     def status(self) -> str:
@@ -61,6 +67,7 @@ class Matrix:
     variants: tuple[str, ...]
     cells: tuple[Cell, ...]
     other_checks: tuple[CheckRecord, ...]  # machines outside the promise (e.g. CPU-only CI runners)
+    speed: tuple[SpeedRecord, ...] = ()  # `kernel-hub bench` records of this commit
 
     def problems(self) -> list[str]:
         """Every promise broken: an environment with no hub kernel, or a recorded check that failed."""
@@ -114,13 +121,24 @@ def fallback_reason(resolution: Resolution, env: MatrixEnv) -> str:
     return f"no variant for {env.gpu_arch}: " + "; ".join(f"{v.variant}: {v.reason}" for v in gpu)
 
 
-def cell_for(variants: Mapping[str, Mapping], env: MatrixEnv, triton: str) -> Cell:
-    """The cell of one environment: `resolve_variant` on the variants' metadata, no hardware involved."""
-    resolution = resolve_variant(variants, env.to_env(triton))
-    if resolution.chosen is None:
-        return Cell(env, None, "", fallback_reason(resolution, env))
-    verdict = next(v for v in resolution.verdicts if v.variant == resolution.chosen)
-    return Cell(env, resolution.chosen, how_it_runs(verdict), verdict.reason)
+def cell_for(
+    variants: Mapping[str, Mapping], env: MatrixEnv, triton: str, speed: Iterable[SpeedRecord] = ()
+) -> Cell:
+    """The cell of one environment: the loader's decision on the variants' metadata and speed records, no hardware."""
+    loader_env = env.to_env(triton)
+    resolution = resolve_variant(variants, loader_env)
+    records = records_for(speed, env.gpu_arch, env.torch)
+    order, speedups = recorded_order(resolution.accepted, records, loader_env)
+    slow = {}
+    for v in order:
+        why = next((r for r in (rec.slower_than_eager(v) for rec in records) if r), None)
+        if why is None:
+            verdict = next(x for x in resolution.verdicts if x.variant == v)
+            return Cell(env, v, how_it_runs(verdict), verdict.reason, speedup=speedups.get(v))
+        slow[v] = why
+    if slow:
+        return Cell(env, None, "", "; ".join(f"{v}: {why}" for v, why in slow.items()))
+    return Cell(env, None, "", fallback_reason(resolution, env))
 
 
 def build_matrix(
@@ -131,17 +149,19 @@ def build_matrix(
     commit: str,
     variants: Mapping[str, Mapping],
     records: Iterable[CheckRecord] = (),
+    speed: Iterable[SpeedRecord] = (),
 ) -> Matrix:
     """The matrix of one version commit: a cell per promised environment, recorded checks merged in.
 
-    Records of other commits are ignored (a check vouches for exactly the commit it ran against).
+    Records of other commits are ignored (a check or a timing vouches for exactly the commit it ran against).
     """
     records = [r for r in records if r.commit == commit]
+    speed = tuple(sorted((s for s in speed if s.commit == commit), key=lambda s: s.fingerprint))
     cells, matched = [], set()
     for env in config.environments():
         mine = tuple(sorted((r for r in records if r.matches(env)), key=lambda r: r.checked_at))
         matched.update(id(r) for r in mine)
-        cell = cell_for(variants, env, config.triton_for(env.torch))
-        cells.append(Cell(cell.env, cell.chosen, cell.how, cell.reason, mine))
+        cell = cell_for(variants, env, config.triton_for(env.torch), speed)
+        cells.append(Cell(cell.env, cell.chosen, cell.how, cell.reason, mine, cell.speedup))
     others = tuple(sorted((r for r in records if id(r) not in matched), key=lambda r: r.fingerprint))
-    return Matrix(repo, version, commit, tuple(sorted(variants)), tuple(cells), others)
+    return Matrix(repo, version, commit, tuple(sorted(variants)), tuple(cells), others, speed)

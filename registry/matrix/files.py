@@ -2,8 +2,8 @@
 
 Pure: `read` returns a file's bytes at the version commit, `compat` maps `compat`-branch paths to
 bytes. Records that do not parse are skipped here (a web page must render), and named in the result.
-`MatrixSection` is the block the hub's kernel pages show, handed to `create_app(extensions=...)` by
-`kernel-hub serve`.
+`MatrixSection` is the block the hub's kernel pages show (the matrix, then the speed chart of the
+`kernel-hub bench` records), handed to `create_app(extensions=...)` by `kernel-hub serve`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from registry.client.speed_records import SPEED_DIR, SpeedRecordError, parse_speed_record
 from registry.spec.variant import variant_of
 
 from .cells import Matrix, build_matrix
 from .config import MatrixConfig, load_config
 from .records import RecordError, commit_dir, parse_record
 from .render import render_html
+from .speed_chart import render_speed_html
 
 
 def matrix_from_files(
@@ -42,16 +44,26 @@ def matrix_from_files(
                 variants[name] = json.loads(read(path))
             except ValueError as e:
                 warnings.append(f"{path}: not JSON ({e})")
-    records = []
-    prefix = commit_dir(commit) + "/"
+    records, speed = [], []
+    prefix, speed_prefix = commit_dir(commit) + "/", f"{SPEED_DIR}/{commit}/"
     for path, data in sorted((compat or {}).items()):
-        if path.startswith(prefix) and path.endswith(".json"):
-            try:
+        if not path.endswith(".json") or not path.startswith((prefix, speed_prefix)):
+            continue
+        try:
+            if path.startswith(prefix):
                 records.append(parse_record(json.loads(data)))
-            except (ValueError, RecordError) as e:
-                warnings.append(f"compat:{path}: {e}")
+            else:
+                speed.append(parse_speed_record(json.loads(data)))
+        except (ValueError, RecordError, SpeedRecordError) as e:
+            warnings.append(f"compat:{path}: {e}")
     matrix = build_matrix(
-        config or load_config(), repo=repo, version=version, commit=commit, variants=variants, records=records
+        config or load_config(),
+        repo=repo,
+        version=version,
+        commit=commit,
+        variants=variants,
+        records=records,
+        speed=speed,
     )
     return matrix, warnings
 
@@ -70,4 +82,4 @@ class MatrixSection:
         """`page`: the PageSection keywords (repo, version, commit, paths, read, compat), as matrix_from_files takes them."""
         matrix, warnings = matrix_from_files(**page, config=load_config(self.matrix_path))
         notes = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
-        return render_html(matrix) + (f"<ul>{notes}</ul>" if notes else "")
+        return render_html(matrix) + (f"<ul>{notes}</ul>" if notes else "") + render_speed_html(matrix.speed)

@@ -8,25 +8,16 @@ own file. Pure: building, naming, parsing and matching records; the hub I/O live
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from registry.client.resolve import Env
+from registry.client.resolve import Env, fingerprint
 from registry.errors import KernelHubError
 
 from .config import MatrixEnv
 
 SCHEMA = 1
 CHECKS_DIR = "checks"
-
-
-def fingerprint(env: Env) -> str:
-    """Stable id of a machine environment: readable prefix + sha256 of every Env field."""
-    canonical = json.dumps(dataclasses.asdict(env), sort_keys=True).encode()
-    device = env.gpu_arch or "cpu"
-    return f"{device}-{env.cpu}-py{env.python}-{hashlib.sha256(canonical).hexdigest()[:12]}"
 
 
 def record_path(commit: str, fp: str) -> str:

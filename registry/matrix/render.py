@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from registry.client.speed_records import BASELINE, SpeedRecord
 from registry.spec.arch import parse_arch
 
 from .cells import FAILED, FALLBACK_STATUS, STATUS_ORDER, VERIFIED, Cell, Matrix
@@ -24,7 +25,9 @@ HTML_MARK = {VERIFIED: "✓", FAILED: "✗", FALLBACK_STATUS: "⚠", "static": "
 LEGEND = (
     "Cell = the variant `get_kernel` picks there (resolved from the version's metadata, no GPU needed) "
     "and how its code runs; {verified} a recorded check passed on such a machine, {failed} a recorded check "
-    "failed, {fallback} no variant fits: the loader falls back to torch.compile of the reference."
+    "failed, {fallback} no variant fits: the loader falls back to torch.compile of the reference. "
+    "×N vs eager: the speed-up `kernel-hub bench` recorded for that variant on that GPU arch "
+    "(geometric mean over the standard workloads)."
 )
 
 
@@ -127,6 +130,9 @@ def render_markdown(matrix: Matrix) -> str:
         out.append(f"| {r.gpu_arch} | {r.cuda} | {r.torch} | " + " | ".join(texts) + " |")
     if notes:
         out += ["", "Recorded checks:", *(f"- {n}" for n in notes)]
+    if matrix.speed:
+        out += ["", "Speed records (`kernel-hub bench`, speed-up over eager, geometric mean over workloads):"]
+        out += [f"- {_speed_line(s)}" for s in matrix.speed]
     if matrix.other_checks:
         out += ["", "Checks recorded on machines outside the promised environments:"]
         out += [f"- {_machine(c)}: {_path(c)} — {_check_note(c)}" for c in matrix.other_checks]
@@ -139,6 +145,13 @@ def render_markdown(matrix: Matrix) -> str:
     ]
     out += [f"- {p}" for p in problems]
     return "\n".join(out) + "\n"
+
+
+def _speed_line(s: SpeedRecord) -> str:
+    ups = ", ".join(
+        f"{i} ×{u:.2f}" for i in s.implementations() if i != BASELINE and (u := s.speedup(i)) is not None
+    )
+    return f"{s.device}, torch {s.env.torch}, {s.dtype} ({s.measured_at[:10]}): {ups}"
 
 
 def _machine(c: CheckRecord) -> str:
@@ -165,6 +178,7 @@ def render_json(matrix: Matrix) -> str:
             "label": c.label,
             "status": c.status,
             "checks": [r.to_json() for r in c.checks],
+            "speedup": c.speedup,
         }
 
     data = {
@@ -174,6 +188,7 @@ def render_json(matrix: Matrix) -> str:
         "variants": list(matrix.variants),
         "cells": [cell(c) for c in matrix.cells],
         "other_checks": [r.to_json() for r in matrix.other_checks],
+        "speed": [s.to_json() for s in matrix.speed],
         "problems": matrix.problems(),
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

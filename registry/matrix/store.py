@@ -1,4 +1,4 @@
-"""Hub I/O for the matrix: a version's commit and variant metadata, and check records on `compat`.
+"""Hub I/O for the matrix: a version's commit and variant metadata, check and speed records on `compat`.
 
 Speaks only the Hugging Face Hub API through `huggingface_hub`, so it works against our hub and the
 real Hub alike. Everything that decides lives in the pure modules; this file only moves bytes.
@@ -12,6 +12,13 @@ from pathlib import Path
 from huggingface_hub import CommitOperationAdd, HfApi, RepoFolder
 from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
+from registry.client.speed_records import (
+    SPEED_DIR,
+    SpeedRecord,
+    SpeedRecordError,
+    parse_speed_record,
+    speed_record_path,
+)
 from registry.errors import KernelHubError
 from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE
 from registry.spec.names import versions as version_heads
@@ -77,22 +84,62 @@ def check_records(api: HfApi, repo: str, commit: str, cache_dir: Path | None = N
     return records
 
 
-def write_record(api: HfApi, repo: str, record: CheckRecord) -> str:
-    """Commit the record as `checks/<commit>/<fingerprint>.json` on `compat` (created from `main` if missing).
+def speed_records(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> list[SpeedRecord]:
+    """Every `kernel-hub bench` record on `compat` for `commit`; none when the branch or folder is absent."""
+    try:
+        entries = api.list_repo_tree(
+            repo, path_in_repo=f"{SPEED_DIR}/{commit}", revision=COMPAT_BRANCH, repo_type=REPO_TYPE
+        )
+        paths = sorted(e.path for e in entries if e.path.endswith(".json"))
+    except (EntryNotFoundError, RevisionNotFoundError):
+        return []
+    out = []
+    for path in paths:
+        try:
+            out.append(parse_speed_record(_read_json(api, repo, path, COMPAT_BRANCH, cache_dir)))
+        except SpeedRecordError as e:
+            raise SpeedRecordError(f"{repo}@{COMPAT_BRANCH}:{path}: {e}") from None
+    return out
 
-    Returns the commit URL. Runners of different machines write different files, so their commits
-    never conflict; a re-run on the same machine replaces its own file.
-    """
+
+def _commit_to_compat(api: HfApi, repo: str, path: str, data: dict, message: str) -> str:
+    """Commit one JSON file on `compat` (created from `main` if missing); returns the commit URL."""
     branches = {b.name for b in api.list_repo_refs(repo, repo_type=REPO_TYPE).branches}
     if COMPAT_BRANCH not in branches:
         api.create_branch(repo, branch=COMPAT_BRANCH, repo_type=REPO_TYPE, exist_ok=True)
-    body = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    body = json.dumps(data, indent=2, sort_keys=True).encode() + b"\n"
     info = api.create_commit(
         repo,
-        operations=[CommitOperationAdd(record_path(record.commit, record.fingerprint), body)],
-        commit_message=f"compat: v{record.version} {record.commit[:12]} on {record.fingerprint}: "
-        + ("pass" if record.passed else "FAIL"),
+        operations=[CommitOperationAdd(path, body)],
+        commit_message=message,
         revision=COMPAT_BRANCH,
         repo_type=REPO_TYPE,
     )
     return info.commit_url
+
+
+def write_record(api: HfApi, repo: str, record: CheckRecord) -> str:
+    """Commit the record as `checks/<commit>/<fingerprint>.json` on `compat`; returns the commit URL.
+
+    Runners of different machines write different files, so their commits never conflict; a re-run on
+    the same machine replaces its own file.
+    """
+    return _commit_to_compat(
+        api,
+        repo,
+        record_path(record.commit, record.fingerprint),
+        record.to_json(),
+        f"compat: v{record.version} {record.commit[:12]} on {record.fingerprint}: "
+        + ("pass" if record.passed else "FAIL"),
+    )
+
+
+def write_speed_record(api: HfApi, repo: str, record: SpeedRecord) -> str:
+    """Commit the record as `speed/<commit>/<fingerprint>.json` on `compat` (a re-run replaces it); the commit URL."""
+    return _commit_to_compat(
+        api,
+        repo,
+        speed_record_path(record.commit, record.env),
+        record.to_json(),
+        f"speed: v{record.version} {record.commit[:12]} on {record.fingerprint} ({record.device})",
+    )

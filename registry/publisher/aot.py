@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import subprocess
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -147,19 +148,21 @@ def compile_cubins(
     triton_version: str,
     python: str,
     env: Mapping[str, str],
+    loose_root: Path,
     aot_kwargs: Mapping | None = None,
 ) -> tuple[list[str], list[str]]:
     """AOT-compile the package's Triton kernels per arch via `<package>.triton.aot_build.compile_all` (no GPU needed).
 
-    Returns (the SASS arch each folder really holds, notes). `aot_kwargs` go to compile_all as is (e.g.
-    `dtypes`, `kernels`, `jobs`: narrower builds for tests).
+    compile_all writes loose files under `loose_root` (kept for the CUDA variant of the same build, which
+    embeds some of them); the variant ships one bundle per arch (`bundle_cubins`). Returns (the SASS arch
+    each folder really holds, notes). `aot_kwargs` go to compile_all as is (e.g. `dtypes`, `kernels`,
+    `jobs`: narrower builds for tests).
     """
-    out_dir = variant_dir / package / "triton" / "cubins"
     shipped, notes = [], []
     cuobjdump = triton_cuobjdump(python)
     for arch in archs:
         code = _AOT_SCRIPT.format(
-            pkg=package, out=str(out_dir), arch=arch, triton=triton_version, kwargs=dict(aot_kwargs or {})
+            pkg=package, out=str(loose_root), arch=arch, triton=triton_version, kwargs=dict(aot_kwargs or {})
         )
         n = json.loads(
             run_python(python, code, variant_dir, f"AOT compile for {arch}", env).strip().splitlines()[-1]
@@ -168,8 +171,29 @@ def compile_cubins(
             raise BuildError(
                 f"aot_build.compile_all wrote no cubins for {arch}: the kernel package ships no AOT specs"
             )
-        actual, note = shipped_arch(out_dir / triton_version / arch, arch, cuobjdump)
+        actual, note = shipped_arch(loose_root / triton_version / arch, arch, cuobjdump)
         shipped.append(actual)
         notes += [note] if note else []
         log.info("  %s: %d files (%s SASS)", arch, n, actual)
+        bundle_cubins(loose_root / triton_version / arch, variant_dir / package / "triton" / "cubins")
     return shipped, notes
+
+
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same cubins make the same bytes
+
+
+def bundle_cubins(arch_dir: Path, cubin_root: Path) -> Path:
+    """Pack compile_all's `<triton>/<arch>/` folder into `cubin_root/<triton>/<arch>.zip` (flat, sorted, deflated).
+
+    One file per (Triton version, arch) instead of a few hundred: a loader fetches only its GPU's
+    (registry.spec.variant.cubin_target), and the kernel's run-time finder reads it (`triton/aot.py`).
+    """
+    bundle = cubin_root / arch_dir.parent.name / f"{arch_dir.name}.zip"
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(bundle, "w") as z:
+        for path in sorted(p for p in arch_dir.iterdir() if p.is_file()):
+            info = zipfile.ZipInfo(path.name, date_time=_ZIP_EPOCH)
+            info.external_attr = 0o644 << 16
+            info.create_system = 3
+            z.writestr(info, path.read_bytes(), compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+    return bundle

@@ -278,15 +278,16 @@ def build(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
-        with tempfile.TemporaryDirectory(prefix="kernel-hub-triton-cache-") as cache:
+        with tempfile.TemporaryDirectory(prefix="kernel-hub-build-") as cache:
             ctx = _Context(
                 source,
                 kernel,
                 package,
                 provenance(*git_state(source)),
                 opts,
-                build_env(Path(cache)),
+                build_env(Path(cache) / "triton"),
                 matrix,
+                scratch=Path(cache),
             )
             results = [_build_variant(plan, staging / "build" / plan.name, ctx) for plan in plans]
         if out.exists():
@@ -310,7 +311,9 @@ class _Context:
     env: dict[str, str]
     matrix: BuildMatrix
     api: dict | None = None  # read once, from the first variant built: every variant ships the same API
-    cubins: Path | None = None  # the Triton variant's AOT cubins of this build (the CUDA variant reuses them)
+    scratch: Path | None = None  # build-private scratch, gone after the build
+    # The Triton variant's loose AOT cubins of this build (the CUDA variant reuses them).
+    cubins: Path | None = None
 
 
 def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResult:
@@ -367,11 +370,12 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
         )
         sass_archs = cuda_archs
     if aot_archs:
+        loose = ctx.scratch / "cubins" / plan.name
         sass_archs, arch_notes = compile_cubins(
-            vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, opts.aot_kwargs
+            vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, loose, opts.aot_kwargs
         )
         triton_versions = [installed]
-        ctx.cubins = vdir / ctx.package / "triton" / "cubins"
+        ctx.cubins = loose
         cubins = list(ctx.cubins.rglob("*.cubin"))
         notes += [f"{len(cubins)} AOT cubins for triton {installed}", *arch_notes]
     if ctx.api is None:

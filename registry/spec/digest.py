@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 ALGORITHM = "sha256"
@@ -49,20 +50,37 @@ def hash_variant(variant_dir: Path) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def verify_digests(variant_dir: Path, metadata: dict) -> list[str]:
-    """Compare the files on disk with `metadata["digest"]`; return one line per problem ([] = all match)."""
+def mismatches(variant_dir: Path, metadata: dict, absent_ok: Collection[str] = ()) -> dict[str, str]:
+    """relpath -> what is wrong with it ("missing ...", "extra ...", "changed ...") under `variant_dir`.
+
+    `absent_ok`: digest paths the caller left out on purpose (e.g. cubins of other GPU archs): their
+    absence is fine, but when present they must match like every other file. A problem with the digest
+    table itself is keyed "metadata.json".
+    """
     digest = metadata.get("digest")
     if not isinstance(digest, dict) or not isinstance(digest.get("files"), dict):
-        return ["metadata.json has no digest.files table: rebuild the variant with `kernel-hub build`"]
+        return {
+            "metadata.json": "metadata.json has no digest.files table: rebuild the variant with `kernel-hub build`"
+        }
     if digest.get("algorithm") != ALGORITHM:
-        return [f"digest algorithm {digest.get('algorithm')!r} is not supported (expected {ALGORITHM!r})"]
+        return {
+            "metadata.json": f"digest algorithm {digest.get('algorithm')!r} is not supported (expected {ALGORITHM!r})"
+        }
     expected: dict[str, str] = digest["files"]
     actual = hash_variant(variant_dir)
-    problems = [f"missing file {p} (listed in the digest)" for p in sorted(expected.keys() - actual.keys())]
-    problems += [f"extra file {p} (not in the digest)" for p in sorted(actual.keys() - expected.keys())]
-    problems += [
-        f"changed file {p}: sha256 {actual[p]} != expected {expected[p]}"
+    out = {
+        p: f"missing file {p} (listed in the digest)"
+        for p in sorted(expected.keys() - actual.keys() - set(absent_ok))
+    }
+    out |= {p: f"extra file {p} (not in the digest)" for p in sorted(actual.keys() - expected.keys())}
+    out |= {
+        p: f"changed file {p}: sha256 {actual[p]} != expected {expected[p]}"
         for p in sorted(expected.keys() & actual.keys())
         if expected[p] != actual[p]
-    ]
-    return problems
+    }
+    return out
+
+
+def verify_digests(variant_dir: Path, metadata: dict, absent_ok: Collection[str] = ()) -> list[str]:
+    """Compare the files on disk with `metadata["digest"]`; return one line per problem ([] = all match)."""
+    return list(mismatches(variant_dir, metadata, absent_ok).values())

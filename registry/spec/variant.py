@@ -10,18 +10,30 @@ matrix read what fits where. Readers that must tolerate any bytes (a hub page, a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from registry.errors import KernelHubError
 
-from .arch import Arch, parse_arch
+from .arch import SM_PATTERN, Arch, parse_arch
 
 BUILD_DIR = "build"  # a version's variants are the folders build/<variant>/ of its commit
 METADATA = "metadata.json"
 SIGNATURE = "metadata.json.sig"
 SIGSTORE = "metadata.json.sigstore"
+
+
+# AOT cubins of one (Triton version, GPU arch): a bundle `<pkg>/triton/cubins/<triton>/<arch>.zip` (flat members
+# `<kernel>-<hash>.cubin` + `.json`), or loose files `.../cubins/<triton>/<arch>/<file>` of older builds.
+_CUBIN_FILE = re.compile(rf"(?:.+/)?cubins/(?P<triton>[^/]+)/(?P<arch>{SM_PATTERN})(?:\.zip|/[^/]+)")
+
+
+def cubin_target(relpath: str) -> tuple[str, str] | None:
+    """(Triton version, arch folder) of a variant file that holds AOT cubins of one arch, else None."""
+    m = _CUBIN_FILE.fullmatch(relpath)
+    return (m["triton"], m["arch"]) if m else None
 
 
 class MetadataError(KernelHubError, ValueError):

@@ -57,7 +57,7 @@ def test_json_keeps_every_environment(full_version):
     data = json.loads(render_json(matrix(full_version)))
     assert len(data["cells"]) == len(load_config().environments())
     first = data["cells"][0]
-    assert set(first) == {"env", "variant", "how", "reason", "label", "status", "checks"}
+    assert set(first) == {"env", "variant", "how", "reason", "label", "status", "checks", "speedup"}
     assert data["commit"] == COMMIT and data["problems"] == []
 
 

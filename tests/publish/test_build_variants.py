@@ -202,6 +202,7 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
     so (sm_120a runs only on cc 12.0, not on 12.1).
     """
     import subprocess
+    import zipfile
 
     import triton
 
@@ -221,15 +222,32 @@ def test_torch_cuda_with_aot_cubins_for_one_arch(source, tmp_path):
     assert meta["archs"] == [{"arch": "sm_120a", "sass": True, "ptx": False}]
     assert meta["backend"]["archs"] == ["12.0a", "8.0+PTX"]
     assert any("Triton emits sm_120a" in n for n in meta["build"]["notes"])
-    folder = f"fused_mlp/triton/cubins/{triton.__version__}/sm_120"
-    cubins = sorted(vdir.glob(f"{folder}/*.cubin"))
-    assert cubins and all(f"{folder}/{c.name}" in meta["digest"]["files"] for c in cubins)
-    for cubin in cubins:
-        assert cubin.with_suffix(".json").is_file()
-        listing = subprocess.run(
-            [str(_cuobjdump()), "--list-elf", str(cubin)], capture_output=True, text=True, check=True
-        ).stdout
-        assert aot.parse_elf_arch(listing) == "sm_120a", listing
+    # one bundle per (Triton version, arch): a loader fetches only its GPU's (registry.spec.variant.cubin_target)
+    bundle = f"fused_mlp/triton/cubins/{triton.__version__}/sm_120.zip"
+    assert [f for f in meta["digest"]["files"] if "/cubins/" in f] == [bundle]
+    with zipfile.ZipFile(vdir / bundle) as z:
+        names = z.namelist()
+        cubins = [n for n in names if n.endswith(".cubin")]
+        assert cubins and all(n.removesuffix(".cubin") + ".json" in names for n in cubins)
+        for name in cubins:
+            (tmp_path / name).write_bytes(z.read(name))
+            listing = subprocess.run(
+                [str(_cuobjdump()), "--list-elf", str(tmp_path / name)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert aot.parse_elf_arch(listing) == "sm_120a", listing
+    # the kernel's run-time finder indexes the bundle and extracts an entry for Triton's CompiledKernel
+    from fused_mlp.triton import aot as runtime_aot
+
+    index = runtime_aot.load_index(vdir / "fused_mlp/triton/cubins", triton.__version__, "sm_120")
+    assert len(index) == len(cubins)
+    entry = next(iter(index.values()))
+    extracted = runtime_aot._extract(entry.bundle, entry.json_path.name)
+    with zipfile.ZipFile(vdir / bundle) as z:
+        assert extracted.read_bytes() == z.read(entry.json_path.name)
+        assert extracted.with_suffix(".cubin").read_bytes() == z.read(entry.json_path.stem + ".cubin")
 
 
 def test_cli_skips_the_cuda_variant_with_the_reason_or_fails_when_required(source, tmp_path):

@@ -1,16 +1,23 @@
 """Ahead-of-time cubins at run time: find the shipped cubin for a launch so the user's first call does
 not JIT. The build side (compiling them) is `aot_build`.
 
-Layout (docs/CONTRACTS.md): cubins/<triton-version>/<arch>/<kernel>-<hash>.cubin + .json, where the
-.json is Triton's kernel metadata plus `fused_mlp_spec` (kernel, dtype, constexprs, warps, stages, params).
+Layout (docs/CONTRACTS.md): cubins/<triton-version>/<arch>.zip holding <kernel>-<hash>.cubin + .json (what
+a built variant ships: one file per arch, so a loader fetches only its GPU's), or the same files loose in
+cubins/<triton-version>/<arch>/ (compile_all's output); the .json is Triton's kernel metadata plus
+`fused_mlp_spec` (kernel, dtype, constexprs, warps, stages, params). A bundle entry is extracted to a
+private temp folder on first use (Triton's CompiledKernel reads files).
 A cubin is used only when the running Triton version and the device arch match its folder and the
 launch meets the alignment the cubin was compiled for; anything else goes to the JIT.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
+import zipfile
 from pathlib import Path
 
 import torch
@@ -24,33 +31,62 @@ DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp
 
 
 class _Entry:
-    """A shipped cubin, turned into a launchable CompiledKernel on first use."""
+    """A shipped cubin (loose, or a member of `bundle`), turned into a launchable CompiledKernel on first use."""
 
-    def __init__(self, json_path: Path, spec: AotSpec):
+    def __init__(self, json_path: Path, spec: AotSpec, bundle: Path | None = None):
         self.json_path = json_path
         self.spec = spec
+        self.bundle = bundle
         self._kernel = None
 
     def kernel(self, kdef: KernelDef):
         if self._kernel is None:
             from triton.compiler import CompiledKernel
 
-            group = {self.json_path.name: str(self.json_path),
-                     self.json_path.with_suffix(".cubin").name: str(self.json_path.with_suffix(".cubin"))}  # fmt: skip
+            path = _extract(self.bundle, self.json_path.name) if self.bundle else self.json_path
+            group = {path.name: str(path), path.with_suffix(".cubin").name: str(path.with_suffix(".cubin"))}
             self._kernel = CompiledKernel(ast_source(kdef, self.spec), group, self.spec.file_stem())
         return self._kernel
 
 
+def _spec(data: bytes) -> AotSpec:
+    s = json.loads(data)["fused_mlp_spec"]
+    return AotSpec(s["kernel"], s["dtype"], tuple(s["consts"]), s["num_warps"], s["num_stages"])
+
+
 def load_index(root: Path, triton_version: str, arch: str) -> dict[tuple, _Entry]:
-    """Spec key -> entry for every cubin under root/<triton_version>/<arch> (empty when none)."""
-    folder = root / triton_version / arch
+    """Spec key -> entry for every cubin in root/<triton_version>/<arch>/ or <arch>.zip (empty when none)."""
+    folder, bundle = root / triton_version / arch, root / triton_version / f"{arch}.zip"
     index = {}
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-        s = json.loads(path.read_text())["fused_mlp_spec"]
-        spec = AotSpec(s["kernel"], s["dtype"], tuple(s["consts"]), s["num_warps"], s["num_stages"])
-        if path.with_suffix(".cubin").is_file():
-            index[spec.key()] = _Entry(path, spec)
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            if path.with_suffix(".cubin").is_file():
+                spec = _spec(path.read_bytes())
+                index[spec.key()] = _Entry(path, spec)
+    elif bundle.is_file():
+        with zipfile.ZipFile(bundle) as z:
+            names = set(z.namelist())
+            for name in sorted(n for n in names if n.endswith(".json")):
+                if name.removesuffix(".json") + ".cubin" in names:
+                    spec = _spec(z.read(name))
+                    index[spec.key()] = _Entry(Path(name), spec, bundle)
     return index
+
+
+_SCRATCH: list[Path] = []
+
+
+def _extract(bundle: Path, json_name: str) -> Path:
+    """Write a bundle member's .json + .cubin to this process's temp folder; returns the .json path."""
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="fused_mlp_cubins_")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    out = _SCRATCH[0] / bundle.parent.name / bundle.stem
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(bundle) as z:
+        for name in (json_name, json_name.removesuffix(".json") + ".cubin"):
+            (out / name).write_bytes(z.read(name))
+    return out / json_name
 
 
 _INDEX: dict[int, dict[tuple, _Entry]] = {}

@@ -1,0 +1,69 @@
+"""`kernel-hub bench` on this CPU machine (`--backend cpu`): it times the CPU builds against eager, records the
+result on the repo's `compat` branch, and then `kernel-hub matrix`, the hub page and get_kernel's order use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+from loader_paths import NAMESPACE, REPO_ROOT
+
+from registry.cli import main
+
+LOAD = """
+import json, registry
+m = registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager", check=None, speed_check=None)
+print(json.dumps(m.__kernel_info__))
+"""
+
+
+def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
+    hub, hub_env, publisher, run_python, capsys, tmp_path
+):
+    publisher.publish("benched", publisher.build("benched", variants=["torch-cpu", "torch-universal"]))
+    repo = f"{NAMESPACE}/benched"
+    out = tmp_path / "speed.json"
+    env = {
+        **os.environ,
+        **hub_env,
+        "TRITON_INTERPRET": "0",  # the CPU builds' ops are then the eager reference (no interpreter)
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "kernel_src")]),
+    }
+    args = ["bench", repo, "--version", "1", "--backend", "cpu", "--no-compile", "--rounds", "3"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "registry.cli", *args, "--out", str(out), "--token", publisher.token],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("| workload | torch-cpu | torch-universal | eager |"), proc.stdout
+    assert "get_kernel here would serve torch-" in proc.stderr and "recorded " in proc.stderr
+    record = json.loads(out.read_text())
+    assert (record["kind"], record["device"], record["repo"]) == ("speed", "cpu", repo)
+    assert {(t["implementation"], t["us"] is not None) for t in record["timings"]} == {
+        ("torch-cpu", True),
+        ("torch-universal", True),
+        ("eager", True),
+    }
+
+    assert main(["matrix", repo, "--version", "1", "--format", "json"]) in (
+        0,
+        1,
+    )  # 1: no GPU variant promised
+    matrix = json.loads(capsys.readouterr().out)
+    assert [s["fingerprint"] for s in matrix["speed"]] == [record["fingerprint"]]
+
+    page = urllib.request.urlopen(f"{hub.url}/kernels/{repo}").read().decode()
+    assert '<section class="kh-speed">' in page and "mlp 3xLinear(512)+ReLU M=128" in page
+
+    info = run_python(LOAD.format(repo=repo), hub_env)
+    assert info["order"]["by"] == "recorded speed-up over eager on this GPU arch"
+    assert set(info["order"]["recorded_speedup"]) == {"torch-cpu", "torch-universal"}

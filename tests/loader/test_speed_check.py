@@ -1,0 +1,64 @@
+"""The speed check on this GPU-less machine: CPU builds loaded with backend="cpu" (as in `kernels`) are timed
+against the package's eager reference, the same path a GPU variant takes on a GPU.
+
+The loads run in fresh interpreters with TRITON_INTERPRET=0: then a CPU build's ops are the eager reference
+itself (an honest "as fast as its fallback"), instead of the Triton interpreter CI uses for correctness.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loader_paths import NAMESPACE
+
+# Correct numbers, four times the work: passes the check, must lose the speed check on mlp only.
+SLOW = (
+    "return (_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation)",
+    "return [(_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation) for _ in range(4)][-1]",
+)
+NO_INTERPRETER = {"TRITON_INTERPRET": "0"}
+# Each load of `kwargs` (a list of keyword strings) in one fresh interpreter; prints every __kernel_info__.
+LOADS = """
+import json, registry
+infos = [registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager", **kw).__kernel_info__
+         for kw in {kwargs}]
+print(json.dumps(infos))
+"""
+US = r"[0-9.]+ µs"
+
+
+def test_a_build_as_fast_as_eager_is_served_with_its_timings(hub_env, fused_mlp_v1, run_python):
+    repo, commit, _ = fused_mlp_v1
+    env = {**hub_env, **NO_INTERPRETER}
+    info, again = run_python(LOADS.format(repo=repo, kwargs=[{}, {}]), env)
+    assert (info["source"], info["variant"], info["commit"]) == ("hub", "torch-cpu", commit), info["reason"]
+    speed = info["speed"]
+    assert speed["status"] == "passed" and speed["device"] == "cpu" and speed["baseline"] == "eager"
+    assert {c["workload"] for c in speed["cases"]} == {"mlp M=128", "gated_mlp M=128"}
+    assert all(c["kernel_us"] > 0 and c["fallback_us"] > 0 and c["passed"] for c in speed["cases"])
+    # the second load reads both verdicts from the cache files, as another process would
+    assert (again["check"]["status"], again["speed"]["status"]) == ("passed (cached)", "passed (cached)")
+    assert again["speed"]["cases"] == speed["cases"]
+
+
+def test_a_slower_build_loses_the_speed_check_and_the_fallback_is_served(hub_env, publisher, run_python):
+    dist = publisher.build("slow", variants=["torch-cpu", "torch-universal"], patch={"__init__.py": SLOW})
+    publisher.publish("slow", dist)
+    repo, env = f"{NAMESPACE}/slow", {**hub_env, **NO_INTERPRETER}
+
+    info, again, served = run_python(LOADS.format(repo=repo, kwargs=[{}, {}, {"speed_check": None}]), env)
+    assert info["source"] == "fallback-eager" and info["speed"]["status"].startswith("not needed")
+    pattern = (
+        rf"torch-cpu: slower than eager on cpu: mlp M=128 {US} vs {US}; torch-universal: slower than eager"
+    )
+    assert re.match(pattern, info["reason"]), info["reason"]
+    assert "gated_mlp" not in info["reason"]  # only the slowed op loses
+
+    # The verdict is cached per (commit, variant, device, torch): the next load skips both builds at once.
+    assert again["source"] == "fallback-eager"
+    assert re.match(
+        r"torch-cpu: slower than eager on cpu: mlp M=128 .* \(cached\); torch-universal: ", again["reason"]
+    )
+
+    assert (served["source"], served["variant"]) == ("hub", "torch-cpu")
+    assert served["speed"] == {"status": "skipped (speed_check=None)"}
