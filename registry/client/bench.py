@@ -110,9 +110,9 @@ def bench_version(
             a = make_inputs(w, dtype, device)
             calls, errors = {}, {}
             for name, module in impls.items():
-                call = as_call(w, a, lambda w=w, a=a, m=module: api_forward(w, a, m))
-                try:
-                    call()  # compiles / JITs here, and a failing implementation is left out of the timing
+                try:  # compiles / JITs here, and a failing implementation is left out of the timing
+                    call = as_call(w, a, lambda w=w, a=a, m=module: api_forward(w, a, m))
+                    call()
                 except Exception as e:  # noqa: BLE001 - foreign code: recorded, the others are still timed
                     errors[name] = f"{type(e).__name__}: {e}".splitlines()[0]
                     continue

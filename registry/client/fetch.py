@@ -331,27 +331,28 @@ def download_variant(
     The file list is the variant's metadata.json digest (plus its signature); bytecode is never listed.
     """
     path = hub.repo_dir(repo_id) / "snapshots" / commit / "build" / variant
+    where = f"build/{variant} of {repo_id}@{commit[:12]}"
+    if not (path / METADATA).is_file():  # variant_metadata fetched every metadata.json the hub has
+        if hub.offline:
+            raise FetchError(
+                f"{where} is not in the cache {hub.cache} and {hub.offline_reason}: load it once online"
+            )
+        raise FetchError(f"{where} has no {METADATA}: it cannot be verified")
     listed = list((_read_json(path / METADATA).get("digest") or {}).get("files") or {})
     skipped = [f for f in listed if not wanted(f)]
-    needed = [f for f in listed if wanted(f)]
-    missing = [f for f in needed if not (path / f).is_file()]
-    if missing or not (path / METADATA).is_file():
-        if hub.offline:
-            what = (
-                f"only partly in the cache ({len(missing)} files missing)" if listed else "not in the cache"
-            )
-            raise FetchError(
-                f"build/{variant} of {repo_id}@{commit[:12]} is {what} {hub.cache} and {hub.offline_reason}: "
-                "load it once online first"
-            )
+    missing = [f for f in listed if wanted(f) and not (path / f).is_file()]
+    if missing and hub.offline:
+        raise FetchError(
+            f"{where} is only partly in the cache {hub.cache} ({len(missing)} files missing) and "
+            f"{hub.offline_reason}: load it once online first"
+        )
+    if missing:
         prefix = f"build/{variant}/"
         try:
             fetch_files(hub, repo_id, commit, [prefix + f for f in missing])
             fetch_files(hub, repo_id, commit, [prefix + SIGNATURE], optional=True)
-        except HubUnreachable as e:
-            raise FetchError(f"download of {repo_id}@{commit[:12]} build/{variant} failed: {e}") from e
-        except (HTTPError, OSError) as e:
-            raise FetchError(f"download of {repo_id}@{commit[:12]} build/{variant} failed: {e}") from e
+        except (HubUnreachable, HTTPError, OSError) as e:
+            raise FetchError(f"download of {where} failed: {e}") from e
     return path, skipped
 
 

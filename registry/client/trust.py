@@ -135,7 +135,12 @@ def publisher_trust(hub: Hub, repo_id: str, trust_remote_code: TrustRemoteCode, 
             raise Untrusted(f"{repo_id}: could not verify publisher trust ({e}); {advice}") from e
         else:
             trusted = bool(response.json().get("trustedKernelPublisher"))
-            pins.update(lambda d: d.update(publisher={"trusted_publisher": trusted, "checked_at": _now()}))
+            if (pins.read().get("publisher") or {}).get(
+                "trusted_publisher"
+            ) is not trusted:  # write on change only
+                pins.update(
+                    lambda d: d.update(publisher={"trusted_publisher": trusted, "checked_at": _now()})
+                )
             if not trusted:
                 raise Untrusted(
                     f"{repo_id} is not from a trusted publisher: {namespace} has no trustedKernelPublisher "
