@@ -49,6 +49,10 @@ ROUTES = [
 ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
 # Our routes beyond the HF Hub API (docs/HUB_PROTOCOL.md): left out when HubConfig.extension_routes is False.
 EXTENSION_HANDLERS = frozenset({orgs.list_keys, orgs.add_key, refs.ref_update})
+# Public data answered even for an unknown token (as for no token): stock `kernels` turns any error of its
+# trust check into "could not verify publisher trust status", so a wrong HF_TOKEN must fail at its next
+# request instead, whose 401 huggingface_hub reports as such.
+UNKNOWN_TOKEN_OK = frozenset({orgs.overview})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Staging files older than this are a crashed writer's for certain (longer than any request may take).
 STAGING_MAX_AGE_S = 24 * 3600
@@ -106,7 +110,7 @@ class HubApp:
                 raise HubError(kind, f"no {request.method} endpoint at {_path(request)} on this hub")
             call = Call(self.hub, request, params)
             if inspect.iscoroutinefunction(route.handler):
-                await run_in_threadpool(call.authenticate)
+                await run_in_threadpool(call.authenticate, route.handler in UNKNOWN_TOKEN_OK)
                 return await route.handler(call)
             if request.method in BODY_METHODS:
                 call.raw = await call.body(self.hub.config.max_json_bytes)
@@ -123,7 +127,7 @@ class HubApp:
 
 
 def _run(handler, call: Call) -> Response:
-    call.authenticate()
+    call.authenticate(handler in UNKNOWN_TOKEN_OK)
     return handler(call)
 
 

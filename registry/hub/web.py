@@ -83,17 +83,22 @@ class Call:
         return f"{self.base_url()}/{prefix}{repo.repo_id}"
 
     # --- auth ------------------------------------------------------------------------------------
-    def authenticate(self) -> Principal | None:
-        """The token's principal; None for anonymous calls; 401 for an unknown token (as on the Hub)."""
+    def authenticate(self, unknown_ok: bool = False) -> Principal | None:
+        """The token's principal; None for anonymous calls; 401 for an unknown token (as on the Hub).
+
+        `unknown_ok`: an unknown token counts as none (public data). The 401's X-Error-Message is the Hub's
+        exact text, which huggingface_hub compares verbatim (else a 401 on a repo route reads as "Repository
+        Not Found"); what to do goes in `error_description`, which it appends.
+        """
         if self._principal is False:
             auth = self.request.headers.get("authorization", "")
             token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
             self._principal = self.hub.accounts.principal(token) if token else None
-            if token and self._principal is None:
+            if token and self._principal is None and not unknown_ok:
                 raise HubError(
                     "Unauthorized",
-                    "Invalid credentials in Authorization header: unknown token; "
-                    "create one with `kernel-hub token create`",
+                    "Invalid credentials in Authorization header",
+                    body={"error_description": "unknown token; create one with `kernel-hub token create`"},
                 )
         return self._principal
 

@@ -50,3 +50,18 @@ def test_missing_version_is_reported(hub, hub_env, tmp_path):
     repo = _publish(hub, tmp_path, "k-versions", trusted=True)
     with pytest.raises(ValueError, match="Version 7"):
         kernels.get_kernel(repo, version=7)
+
+
+def test_a_wrong_token_is_reported_as_such(hub, hub_env, tmp_path, monkeypatch):
+    """kernels turns any error of its trust check into "could not verify publisher trust status": the org
+    overview (public data) answers an unknown token as no token, so the next request says what is wrong."""
+    repo = _publish(hub, tmp_path, "k-token", trusted=True, offset=3)
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_token")
+    with pytest.raises(Exception) as err:
+        kernels.get_kernel(repo, version=1)
+    text = str(err.value)
+    assert "could not verify publisher trust" not in text and "Repository Not Found" not in text
+    assert "401" in text and "Invalid credentials in Authorization header" in text
+    assert "unknown token; create one with `kernel-hub token create`" in text
+    with pytest.raises(Exception, match="Invalid user token"):  # a private route still refuses it
+        HfApi(endpoint=hub.url, token="hf_not_a_token").whoami()
