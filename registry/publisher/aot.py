@@ -104,11 +104,9 @@ def shipped_arch(cubin_dir: Path, requested: str, cuobjdump: Path | None) -> tup
 def build_env(triton_cache: Path) -> dict[str, str]:
     """Environment for build subprocesses: real compilation (not the Triton interpreter), a private cache.
 
-    Line info is off because it embeds the absolute source path (our random staging dir) into every
-    cubin, which would make two builds of the same source differ.
+    (Reproducible cubins are compile_all's own job: `aot_build.reproducible_compile`.)
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DISABLE_LINE_INFO"] = "1"
     env["TRITON_CACHE_DIR"] = str(triton_cache)
     return env
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-from collections.abc import Iterable
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,16 +195,55 @@ def _compile_job(args: tuple[AotSpec, str, str]) -> list[Path]:
     return compile_spec(spec, arch, Path(folder))
 
 
+@contextmanager
+def reproducible_compile() -> Iterator[None]:
+    """While inside, Triton compiles the same source to the same bytes (also in spawned workers).
+
+    - Line info off (`TRITON_DISABLE_LINE_INFO=1`): it embeds the absolute source path, i.e. the staging dir.
+    - Both of Triton's ptxas (`TRITON_PTXAS_PATH`, `TRITON_PTXAS_BLACKWELL_PATH`) go through shims that call
+      the one Triton would have used via `ptxas_pin` (why: its docstring).
+    The environment is restored on exit.
+    """
+    from triton import knobs
+
+    from . import ptxas_pin
+
+    tools = {"TRITON_PTXAS_PATH": knobs.nvidia.ptxas.path, "TRITON_PTXAS_BLACKWELL_PATH": knobs.nvidia.ptxas_blackwell.path}  # fmt: skip
+    saved = {key: os.environ.get(key) for key in (*tools, "TRITON_DISABLE_LINE_INFO")}
+    os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+    with tempfile.TemporaryDirectory(prefix="fused-mlp-ptxas-") as shims:
+        for key, real in tools.items():
+            shim = Path(shims) / key.lower()
+            argv = " ".join(shlex.quote(a) for a in (sys.executable, ptxas_pin.__file__, real))
+            shim.write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
+            shim.chmod(0o755)
+            os.environ[key] = str(shim)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def compile_specs(specs: Iterable[AotSpec], arch: str, folder: Path, jobs: int | None = None) -> list[Path]:
-    """Compile `specs` for `arch` into `folder` with `jobs` worker processes (default: all cores)."""
+    """Compile `specs` for `arch` into `folder` with `jobs` worker processes (default: all cores).
+
+    Reproducible: the same specs give the same bytes on every run (`reproducible_compile`).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     work = [(spec, arch, str(folder)) for spec in specs]
     jobs = jobs or os.cpu_count() or 1
-    if jobs == 1:
-        written = [_compile_job(w) for w in work]
-    else:  # spawned workers: safe in a process that has initialised CUDA (the tuning script's)
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            written = list(pool.map(_compile_job, work))
+    with reproducible_compile():
+        if jobs == 1:
+            written = [_compile_job(w) for w in work]
+        else:  # spawned workers: safe in a process that has initialised CUDA (the tuning script's)
+            with ProcessPoolExecutor(
+                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+            ) as pool:
+                written = list(pool.map(_compile_job, work))
     return [p for pair in written for p in pair]
 
 
