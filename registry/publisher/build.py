@@ -35,6 +35,7 @@ from registry.spec.variant import ArchEntry, VariantMetadata
 from .aot import aot_decision, build_env, compile_cubins, installed_triton_version, run_python, selected_archs
 from .cuda import build_cuda, cuda_recipe
 from .errors import BuildError
+from .out_dir import MARKER, check_out_dir, marker_text
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +187,17 @@ def copy_package(source: Path, dest: Path, include_cuda: bool) -> None:
 
 
 def git_state(path: Path) -> tuple[str | None, bool]:
-    """(HEAD commit, whether `path` has uncommitted changes); (None, False) outside a git checkout."""
+    """(the last commit that changed `path`, whether `path` has uncommitted changes); (None, False) outside git.
+
+    The last commit of the sources, not HEAD: a commit elsewhere in the repository must not change the
+    build (and so move a published version on an otherwise unchanged republish).
+    """
     try:
         commit = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", str(path), "log", "-1", "--format=%H", "--", "."],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         status = subprocess.run(
             ["git", "-C", str(path), "status", "--porcelain", "--", "."],
@@ -251,6 +259,9 @@ def build(
 ) -> BuildResult:
     """Build every planned variant of `source` into `out/build/<variant>/`, replacing `out` atomically.
 
+    `out` must be a directory a build may replace (`out_dir.check_out_dir`: not the sources, no tracked
+    files, empty or written by an earlier build); it gets the `out_dir.MARKER` file.
+
     `matrix_path` None: build/matrix.toml of the working directory or a parent (`spec.build_matrix`).
     Options come as a BuildOptions or as its fields by keyword (`aot=False`, `require_cuda=True`).
     Progress goes to this module's logger.
@@ -275,6 +286,7 @@ def build(
         if unknown:
             raise BuildError(f"unknown variant(s) {sorted(unknown)}; known: {[p.name for p in plans]}")
         plans = [p for p in plans if p.name in only]
+    check_out_dir(out, source)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
@@ -290,6 +302,8 @@ def build(
                 scratch=Path(cache),
             )
             results = [_build_variant(plan, staging / "build" / plan.name, ctx) for plan in plans]
+        (staging / MARKER).write_text(marker_text(source))
+        check_out_dir(out, source)  # again: it may have changed during a build of minutes
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)

@@ -44,6 +44,7 @@ from registry.spec.variant import (
 from .errors import ApiChanged, PublishError, VersionMoved
 from .keyless import ambient_identity, ambient_signer
 from .keyless import bundle_problem as keyless_bundle_problem
+from .out_dir import MARKER
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,7 @@ def stage_signed(
     for src in sorted(p for p in dist.rglob("*") if p.is_file()):
         rel = src.relative_to(dist).as_posix()
         parts = rel.split("/")
-        if "__pycache__" in parts or rel.endswith(".pyc") or parts[-1] == SIGNATURE:
+        if "__pycache__" in parts or rel.endswith(".pyc") or parts[-1] == SIGNATURE or rel == MARKER:
             continue
         dst = stage / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
