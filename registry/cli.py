@@ -1,8 +1,9 @@
-"""The `kernel-hub` command: one argparse tree; each sub-command lives in a module of `registry.commands`.
+"""kernel-hub: build, publish, serve and load fused-MLP GPU kernels on a hub that speaks the Hugging Face Hub API.
 
-Any `KernelHubError` a command raises is printed as one line `kernel-hub <command>: <message>` and
-exits with its `exit_code` (the traceback only with `--debug`). Progress goes through `logging`; this
-is where it is shown: plain lines on stderr, INFO by default, DEBUG with `--verbose`, WARNING with `--quiet`.
+Each sub-command lives in a module of `registry.commands`. Any failure is printed as one line
+`kernel-hub <command>: <what went wrong>; <what to do>` with a non-zero exit (`commands.failures`; the
+traceback only with `--debug`). Progress goes through `logging`; this is where it is shown: plain lines
+on stderr, INFO by default, DEBUG with `--verbose`, WARNING with `--quiet`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import argparse
 import logging
 import sys
 import traceback
-
-from registry.errors import KernelHubError
 
 
 class _StderrHandler(logging.Handler):
@@ -74,11 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose, args.quiet)
     try:
         return int(args.func(args) or 0)
-    except KernelHubError as e:
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure ends in one line
+        from registry.commands.failures import describe
+
         if args.debug:
             traceback.print_exc()
-        print(f"kernel-hub {args.command}: {e}", file=sys.stderr)
-        return e.exit_code
+        message, code = describe(e)
+        print(f"kernel-hub {args.command}: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -39,27 +39,18 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from huggingface_hub.errors import HfHubHTTPError
-
-    from registry.publisher.errors import PublishError
     from registry.publisher.publish import publish
 
-    try:
-        result = publish(
-            args.repo,
-            args.dist,
-            args.version,
-            endpoint=args.endpoint,
-            token=args.token,
-            key_path=args.key,
-            private=args.private,
-            allow_dropping_variants=args.allow_dropping_variants,
-            sigstore=args.sigstore,
-        )
-    except HfHubHTTPError as e:  # the hub refused a request: said in the same one line as our own refusals
-        raise PublishError(str(e)) from e
-    print(
-        f"{result.repo_id} v{result.version} -> {result.commit}"
-        + (" (unchanged)" if result.unchanged else "")
+    result = publish(
+        args.repo,
+        args.dist,
+        args.version,
+        endpoint=args.endpoint,
+        token=args.token,
+        key_path=args.key,
+        private=args.private,
+        allow_dropping_variants=args.allow_dropping_variants,
+        sigstore=args.sigstore,
     )
+    print(result.summary())
     return 0

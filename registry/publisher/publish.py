@@ -1,10 +1,12 @@
 """`kernel-hub publish`: make a built dist version `vN` of a kernel repo, atomically and signed.
 
-Order of work (docs/ARCHITECTURE.md, CONTRACTS.md): check the dist against its own digests → stage a copy with `version`
-set and every `metadata.json` signed → refuse if the public API differs from the current `vN` head
-→ upload the staged tree to a fresh branch `publish/<uuid>` (the stock client may split it into
-several commits) → check that branch's tree equals the staged tree → move `vN` to that commit in one
-compare-and-swap against the head observed at the start → delete the temporary branch.
+Order of work (docs/ARCHITECTURE.md, CONTRACTS.md): check the dist against its own digests → refuse if the
+public API differs from the current `vN` head → stage a copy with `version` set and every `metadata.json`
+signed → stop if `vN` already holds exactly that tree (no commit) → register the publisher key if the hub
+lacks it → delete temporary branches that interrupted publishes left behind → upload the staged tree
+to a fresh branch `publish/<start time>-<random>` (the stock client may split it into several commits)
+→ check that branch's tree equals the staged tree → move `vN` to that commit in one compare-and-swap
+against the head observed at the start → delete the temporary branch (retried; else the next publish does).
 
 The swap uses our hub's `ref-update` extension; on any other Hub-API server it falls back to
 `create_branch` (vN new: 409 if someone else made it) or a `create_commit` on vN with `parent_commit`
@@ -18,12 +20,14 @@ import json
 import logging
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from httpx2 import HTTPError, Response
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from huggingface_hub.hf_api import RepoFile
@@ -54,6 +58,7 @@ REPO_TYPE = names.KERNEL_REPO_TYPE
 # the repo was just seen; were it really gone, the Hub-API fallback fails with a precise error anyway.
 _REAL_404_CODES = {"RevisionNotFound", "EntryNotFound"}
 _UNTRACKED_REMOTE = {".gitattributes"}  # the Hub keeps it in every commit; upload_folder never deletes it
+_CLEANUP_WAITS_S = (0.5, 2.0, 5.0)  # deleting the temporary branch: tries after these pauses
 
 
 @dataclass
@@ -70,6 +75,13 @@ class PublishResult:
     def unchanged(self) -> bool:
         return self.previous == self.commit
 
+    def summary(self) -> str:
+        """One line for the user: where vN is now and whether this publish moved it."""
+        line = f"{self.repo_id} v{self.version} -> {self.commit}"
+        if self.unchanged:
+            return line + " (unchanged: the hub already holds this build, no commit made)"
+        return line + (f" (was {self.previous[:12]})" if self.previous else " (new version)")
+
 
 # ---------------------------------------------------------------------------------------------- pure
 
@@ -80,6 +92,11 @@ def version_branch(version: int) -> str:
         return names.version_branch(version)
     except ValueError as e:
         raise PublishError(str(e)) from None
+
+
+def next_free_version(branches: Mapping[str, str]) -> int:
+    """The smallest N above every published version (1 when there is none)."""
+    return max(names.versions(dict(branches)), default=0) + 1
 
 
 def check_repo_id(repo_id: str) -> tuple[str, str]:
@@ -156,6 +173,11 @@ def read_dist(dist: Path) -> dict[str, VariantMetadata]:
     build_dir = Path(dist) / BUILD_DIR
     variants = sorted(p for p in build_dir.glob(f"*/{METADATA}")) if build_dir.is_dir() else []
     if not variants:
+        if any(Path(dist).glob("*/__init__.py")) or (Path(dist) / "__init__.py").is_file():
+            raise PublishError(
+                f"{dist} holds kernel sources, not a built dist: run `kernel-hub build --source <package> "
+                "--out dist/fused-mlp`, then publish dist/fused-mlp"
+            )
         raise PublishError(
             f"{dist} has no build/<variant>/metadata.json: run `kernel-hub build --out {dist}` first"
         )
@@ -255,8 +277,6 @@ class HubClient:
         r = self._post(
             f"/api/kernels/{repo_id}/ref-update", {"ref": f"refs/heads/{branch}", "old": old, "new": new}
         )
-        if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
-            return None
         if r.status_code == 412:
             try:
                 current = r.json().get("current")
@@ -266,20 +286,51 @@ class HubClient:
                 f"{branch} of {repo_id} moved during this publish (expected {old or 'no branch'}, "
                 f"now {current}): another publish won; re-run to publish on top of it"
             )
-        hf_raise_for_status(r)
-        return True
+        return True if _extension_answered(r) else None
 
-    def register_key(self, namespace: str, public_b64: str) -> str:
-        """Register the publisher key for `namespace`; returns a note for the log."""
+    def register_key(self, namespace: str, public_b64: str) -> str | None:
+        """Make sure the hub lists the publisher key for `namespace`; returns a note when something happened.
+
+        The key is posted only when the hub's list lacks it, so the note says so only then.
+        """
+        kid = signing.key_id(public_b64)
+        listed = get_session().get(
+            f"{self.endpoint}/api/kernel-hub/keys/{namespace}", headers=build_hf_headers(token=self.token)
+        )
+        if _extension_answered(listed) and kid in {k.get("id") for k in listed.json().get("keys", [])}:
+            return None
         r = self._post(f"/api/kernel-hub/keys/{namespace}", {"public_key": public_b64})
-        if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
+        if not _extension_answered(r):
             return (
-                f"{self.endpoint} has no key registry: publisher key {signing.key_id(public_b64)} ships in the "
-                f"repo as {signing.key_file_path(signing.key_id(public_b64))}; loaders pin it on first use "
-                "(or take it from the user)"
+                f"{self.endpoint} has no key registry: publisher key {kid} ships in the repo as "
+                f"{signing.key_file_path(kid)}; loaders pin it on first use (or take it from the user)"
             )
-        hf_raise_for_status(r)
-        return f"publisher key {signing.key_id(public_b64)} registered for {namespace}"
+        return f"publisher key {kid} registered for {namespace}"
+
+    def delete_branch(self, repo_id: str, branch: str, waits_s: tuple[float, ...] = ()) -> Exception | None:
+        """Delete `branch` (gone already counts as done), trying again after each pause; the last error or None."""
+        error: Exception | None = None
+        for wait in (0.0, *waits_s):
+            time.sleep(wait)
+            try:
+                self.api.delete_branch(repo_id, branch=branch, repo_type=REPO_TYPE)
+                return None
+            except HfHubHTTPError as e:
+                if e.response is not None and e.response.status_code == 404:
+                    return None
+                error = e
+            except HTTPError as e:  # the hub is unreachable: maybe only for a moment
+                error = e
+        return error
+
+
+def _extension_answered(r: Response) -> bool:
+    """False when the server lacks the extension route (a 404/405 that names no missing revision or file);
+    raises the hub's error for any other failure; True for a success."""
+    if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
+        return False
+    hf_raise_for_status(r)
+    return True
 
 
 def head_apis(client: HubClient, repo_id: str, head: str) -> dict[str, dict | None]:
@@ -346,13 +397,13 @@ def publish(
     key_path = Path(key_path) if key_path else signing.default_key_path(namespace)
     key, created = signing.load_or_create_key(key_path)
     pub = signing.public_key_b64(key)
-    notes = [f"created publisher key {key_path}"] if created else []
+    notes = []
+    if created:
+        notes.append(f"created publisher key {key_path}")
+        log.info(notes[-1])
 
     client = HubClient(endpoint, token)
     client.api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True, private=private)
-    notes.append(client.register_key(namespace, pub))
-    for n in notes:
-        log.info(n)
     heads = client.branch_heads(repo_id)
     head = heads.get(branch)
     if head is not None:
@@ -360,7 +411,7 @@ def publish(
         problems = compatibility_problems(published, new_api)
         if problems:
             raise ApiChanged(
-                f"the public API changed ({'; '.join(problems)}): publish it as v{version + 1}, "
+                f"the public API changed ({'; '.join(problems)}): publish it as v{next_free_version(heads)}, "
                 f"{branch} must keep the API it was published with"
             )
         dropped = dropped_variants(published, set(metas))
@@ -376,8 +427,34 @@ def publish(
     ):
         stage = Path(tmp)
         expected = stage_signed(Path(dist), stage, metas, version, key, keyless)
-        commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
+        key_note = client.register_key(namespace, pub)
+        if key_note:
+            notes.append(key_note)
+            log.info(key_note)
+        if head is not None and not tree_problems(expected, client.tree(repo_id, head)):
+            commit = head  # vN already holds exactly this signed build: moving it would change nothing
+        else:
+            remove_stale_publish_branches(client, repo_id, heads)
+            log.info("uploading %d files of %s to %s", len(expected), dist, client.endpoint)
+            commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
     return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
+
+
+def remove_stale_publish_branches(client: HubClient, repo_id: str, heads: Mapping[str, str]) -> list[str]:
+    """Delete the temporary branches of publishes that started over `names.STALE_PUBLISH_S` ago; returns them."""
+    now = time.time()
+    stale = [
+        b
+        for b in sorted(heads)
+        if (started := names.publish_branch_started(b)) is not None and now - started > names.STALE_PUBLISH_S
+    ]
+    for b in stale:
+        error = client.delete_branch(repo_id, b)
+        if error is None:
+            log.info("removed %s, left behind by an interrupted publish", b)
+        else:
+            log.warning("could not remove %s, left behind by an interrupted publish: %s", b, error)
+    return stale
 
 
 def _upload_and_swap(
@@ -389,7 +466,7 @@ def _upload_and_swap(
     expected: Mapping[str, FileId],
 ) -> str:
     """Upload `stage` to a temporary branch, check its tree, CAS `branch` from `head` to it; return vN's commit."""
-    temp = f"publish/{uuid.uuid4().hex}"
+    temp = names.publish_branch(time.time(), uuid.uuid4().hex[:12])
     client.api.create_branch(repo_id, branch=temp, revision=head, repo_type=REPO_TYPE)
     try:
         client.api.upload_folder(
@@ -419,10 +496,15 @@ def _upload_and_swap(
             return _swap_with_hub_api(client, repo_id, branch, head, final, stage, expected)
         return final
     finally:
-        try:
-            client.api.delete_branch(repo_id, branch=temp, repo_type=REPO_TYPE)
-        except HfHubHTTPError as e:
-            log.warning("could not delete temporary branch %s: %s", temp, e)
+        error = client.delete_branch(repo_id, temp, _CLEANUP_WAITS_S)
+        if error is not None:
+            log.warning(
+                "could not delete the temporary branch %s (%s): the next publish to %s removes it, "
+                "as does `kernel-hub gc` on the hub",
+                temp,
+                " ".join(str(error).split())[:200],
+                repo_id,
+            )
 
 
 def _swap_with_hub_api(

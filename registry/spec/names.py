@@ -7,7 +7,9 @@ so only the canonical `v(0|[1-9][0-9]*)` counts: `v01` would collide with `v1` a
 
 from __future__ import annotations
 
+import calendar
 import re
+import time
 
 KERNEL_REPO_TYPE = "kernel"
 VERSION_BRANCH = re.compile(r"v(0|[1-9][0-9]*)")
@@ -37,3 +39,30 @@ def version_branch(version: int) -> str:
 def versions(branches: dict[str, str]) -> dict[int, str]:
     """N -> commit for every canonical `vN` among `branches` (name -> commit)."""
     return {n: commit for name, commit in branches.items() if (n := version_of(name)) is not None}
+
+
+# A publish uploads to a temporary branch `publish/<UTC start time>-<random>`, then moves vN to it and deletes
+# it. An interrupted publish may leave it behind: the next publish, and `kernel-hub gc`, delete those older
+# than STALE_PUBLISH_S (a live publish of another user must keep its own).
+PUBLISH_BRANCH_PREFIX = "publish/"
+STALE_PUBLISH_S = 3600.0
+_PUBLISH_TIME = "%Y%m%dT%H%M%SZ"
+
+
+def publish_branch(started: float, token: str) -> str:
+    """The temporary branch of a publish started at `started` (epoch seconds); `token` makes it unique."""
+    return f"{PUBLISH_BRANCH_PREFIX}{time.strftime(_PUBLISH_TIME, time.gmtime(started))}-{token}"
+
+
+def publish_branch_started(branch: str) -> float | None:
+    """When the publish that made `branch` started (epoch seconds); None for a branch that is no publish's.
+
+    Names without a time (`publish/<hex>`, kernel-hub before 2026-12) count as started at 0: stale.
+    """
+    if not branch.startswith(PUBLISH_BRANCH_PREFIX):
+        return None
+    stamp = branch[len(PUBLISH_BRANCH_PREFIX) :].split("-", 1)[0]
+    try:
+        return float(calendar.timegm(time.strptime(stamp, _PUBLISH_TIME)))
+    except ValueError:
+        return 0.0

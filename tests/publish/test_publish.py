@@ -18,6 +18,7 @@ from huggingface_hub import HfApi, hf_hub_download
 
 from registry.publisher import build as b
 from registry.publisher import publish
+from registry.publisher.out_dir import MARKER
 from registry.spec import digest, signing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,7 @@ def _branches(ctx) -> dict[str, str]:
 
 def _expected_files(dist: Path, ctx, variants=VARIANTS) -> set[str]:
     """The dist's files, each variant's signature and the publisher's public key (keys/<key id>.pub)."""
-    files = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
+    files = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()} - {MARKER}
     kid = signing.key_id(signing.public_key_b64(signing.load_private_key(ctx["key_path"])))
     return files | {f"build/{v}/metadata.json.sig" for v in variants} | {signing.key_file_path(kid)}
 

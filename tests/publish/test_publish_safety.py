@@ -1,0 +1,196 @@
+"""`kernel-hub publish` tells the user what happened, in one line, and leaves nothing behind: an unchanged
+build makes no commit, refusals name the next free version, the key note appears only when a key is
+registered, a hub that restarts mid-publish keeps no temporary branch, and old ones are swept.
+Against real hub processes, through the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from hub_process import HubProcess
+from huggingface_hub import HfApi
+
+from registry.cli import main
+from registry.publisher import build as b
+from registry.publisher import publish
+from registry.spec import names
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX = ROOT / "build" / "matrix.toml"
+
+
+def _source(tmp: Path, name: str, append: str = "") -> Path:
+    src = tmp / name / "fused_mlp"
+    shutil.copytree(ROOT / "kernel_src" / "fused_mlp", src, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(src / "__init__.py", "a") as f:
+        f.write(append)
+    return src
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory):
+    """torch-cpu dists: the kernel twice (two builds of one source), other bytes, an added symbol."""
+    tmp = tmp_path_factory.mktemp("safety")
+    base = _source(tmp, "base")
+
+    def build(src: Path, name: str) -> Path:
+        return b.build(src, tmp / name / "fused-mlp", MATRIX, aot=False, only=["torch-cpu"]).out
+
+    return {
+        "base": build(base, "base"),
+        "rebuilt": build(base, "rebuilt"),
+        "same_api": build(_source(tmp, "s", "\n# other bytes\n"), "same"),
+        "new_api": build(
+            _source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"), "new"
+        ),
+    }
+
+
+@pytest.fixture
+def user(hub, tmp_path):
+    name = f"s{uuid.uuid4().hex[:8]}"
+    return {
+        "repo": f"{name}/fused-mlp",
+        "token": hub.token(name),
+        "key": tmp_path / f"{name}.pem",
+        "url": hub.url,
+    }
+
+
+def cli(user, dist: Path, version: int, *extra: str) -> tuple[int, str, str]:
+    """`kernel-hub publish` in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["publish", user["repo"], str(dist), "--version", str(version), "--endpoint", user["url"],
+            "--token", user["token"], "--key", str(user["key"]), *extra]  # fmt: skip
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _api(user) -> HfApi:
+    return HfApi(endpoint=user["url"], token=user["token"])
+
+
+def _branches(user) -> dict[str, str]:
+    refs = _api(user).list_repo_refs(user["repo"], repo_type="kernel")
+    return {r.name: r.target_commit for r in refs.branches}
+
+
+def _commits(user, branch: str) -> list[str]:
+    return [
+        c.commit_id for c in _api(user).list_repo_commits(user["repo"], repo_type="kernel", revision=branch)
+    ]
+
+
+def test_unchanged_build_makes_no_commit_and_says_so(user, dists):
+    code, out, err = cli(user, dists["base"], 1)
+    assert code == 0 and "(new version)" in out, err
+    assert "created publisher key" in err and f"registered for {user['repo'].split('/')[0]}" in err
+    history = _commits(user, "v1")
+
+    code, out, err = cli(user, dists["rebuilt"], 1)  # another build of the same source: same bytes
+    assert code == 0, err
+    assert out.count("\n") == 1 and "unchanged: the hub already holds this build, no commit made" in out
+    assert "registered" not in err and "No files have been modified" not in err
+    assert _commits(user, "v1") == history
+    assert not [x for x in _branches(user) if x.startswith(names.PUBLISH_BRANCH_PREFIX)]
+
+    code, out, err = cli(user, dists["same_api"], 1)
+    assert code == 0 and f"(was {history[0][:12]})" in out and "registered" not in err
+
+
+def test_api_change_names_the_next_free_version(user, dists):
+    assert cli(user, dists["base"], 1)[0] == 0
+    assert cli(user, dists["new_api"], 2)[0] == 0
+    code, out, err = cli(user, dists["new_api"], 1)
+    lines = err.strip().splitlines()
+    assert code == 1 and out == ""
+    assert lines[-1].startswith("kernel-hub publish: the public API changed (torch-cpu: added extra)")
+    assert "publish it as v3" in lines[-1] and "registered" not in err  # v2 exists: v3 is the free one
+
+
+def test_stale_temporary_branches_are_removed_by_the_next_publish(user, dists):
+    assert cli(user, dists["base"], 1)[0] == 0
+    api, head = _api(user), _branches(user)["v1"]
+    old = names.publish_branch(time.time() - 2 * names.STALE_PUBLISH_S, "dead01")
+    legacy = f"publish/{uuid.uuid4().hex}"  # kernel-hub's names before the start time was in them
+    live = names.publish_branch(time.time(), "live01")  # someone else's publish, running now
+    for branch in (old, legacy, live):
+        api.create_branch(user["repo"], branch=branch, revision=head, repo_type="kernel")
+    code, _, err = cli(user, dists["same_api"], 1)
+    assert code == 0, err
+    left = {x for x in _branches(user) if x.startswith(names.PUBLISH_BRANCH_PREFIX)}
+    assert left == {live}
+    assert f"removed {old}, left behind by an interrupted publish" in err and legacy in err
+
+
+@pytest.fixture
+def own_hub(tmp_path):
+    proc = HubProcess(tmp_path / "data").start()
+    yield proc
+    proc.stop()
+
+
+def test_hub_restarting_mid_publish_leaves_no_branch_and_one_line(own_hub, dists, monkeypatch, tmp_path):
+    """The hub goes away right before the swap and is back a second later: the publish fails in one line,
+    vN stays where it was, and the cleanup's retries remove the temporary branch."""
+    name = f"r{uuid.uuid4().hex[:6]}"
+    user = {
+        "repo": f"{name}/fused-mlp",
+        "token": own_hub.token(name),
+        "key": tmp_path / "k.pem",
+        "url": own_hub.url,
+    }
+    assert cli(user, dists["base"], 1)[0] == 0
+    v1 = _branches(user)["v1"]
+    real = publish.HubClient.ref_update
+
+    def come_back():
+        again = HubProcess(own_hub.data_dir)
+        again.port, again.url = own_hub.port, own_hub.url  # back on the same address
+        own_hub.proc = again.start().proc
+
+    def swap_while_down(self, *args, **kwargs):
+        own_hub.stop()
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            restart.start()  # the cleanup's first try finds the hub down, a later one finds it back
+
+    restart = threading.Thread(target=come_back)
+    monkeypatch.setattr(publish.HubClient, "ref_update", swap_while_down)
+    # Longer pauses than a user gets, so a slow start on a busy machine still falls inside the window.
+    monkeypatch.setattr(publish, "_CLEANUP_WAITS_S", (0.5, 2.0, 5.0, 10.0, 20.0))
+    code, out, err = cli(user, dists["same_api"], 1)
+    restart.join()
+    lines = err.strip().splitlines()
+    assert code == 1 and out == "", err
+    assert lines[-1].startswith(f"kernel-hub publish: cannot reach the hub at {own_hub.url}"), lines
+    assert "Traceback" not in err and len(lines) <= 3, lines  # progress lines, then the one-line failure
+    branches = _branches(user)
+    assert branches["v1"] == v1
+    assert not [x for x in branches if x.startswith(names.PUBLISH_BRANCH_PREFIX)], branches
+
+
+def test_unreachable_hub_and_bad_token_end_in_one_line(user, dists, tmp_path):
+    code, out, err = cli({**user, "token": "hf_not_a_token"}, dists["base"], 1)
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1].startswith("kernel-hub publish: the hub refused the token (401: ")
+    assert "Traceback" not in err
+    down = {**user, "url": "http://127.0.0.1:9"}  # nothing listens on the discard port
+    code, _, err = cli(down, dists["base"], 1)
+    assert code == 1 and "cannot reach the hub at http://127.0.0.1:9" in err and "Traceback" not in err
+
+
+def test_sources_given_as_dist_get_a_safe_suggestion(user):
+    """The old message suggested `kernel-hub build --out kernel_src`, which deleted the sources."""
+    code, _, err = cli(user, ROOT / "kernel_src", 1)
+    assert code == 1 and "holds kernel sources, not a built dist" in err
+    assert "--out dist/fused-mlp" in err and "--out kernel_src" not in err
