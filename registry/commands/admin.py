@@ -1,74 +1,183 @@
-"""`kernel-hub token create | org create | key add`: the hub's admin commands.
+"""`kernel-hub token | org | key`: the hub's admin commands (create, list, revoke).
 
-They open the same database as a running server (SQLite WAL), so they work live.
+They open the same database as a running server (SQLite WAL), so they work live. A `--data` that holds
+no hub is refused (a mistyped path would otherwise get a fresh database and a token no server accepts);
+`--init` on a create command starts a new hub there. `open_store` is the one place that turns the
+command line into the hub's store.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 import logging
 from pathlib import Path
 
+from registry.errors import UsageError
 from registry.hub import validate
 from registry.hub.errors import HubError
 
 log = logging.getLogger(__name__)
 
+DATA_HELP = "the hub's data directory (what `kernel-hub serve --data` uses)"
+INIT_HELP = "start a new hub in --data if it holds none (default: refuse, the path may be mistyped)"
+
+
+def _store_args(p: argparse.ArgumentParser, *, init: bool) -> None:
+    """The options that say which hub store a command opens."""
+    p.add_argument("--data", type=Path, required=True, metavar="DIR", help=DATA_HELP)
+    if init:
+        p.add_argument("--init", action="store_true", help=INIT_HELP)
+
 
 def register(subparsers) -> None:
-    tok = subparsers.add_parser("token", help="manage access tokens").add_subparsers(
-        dest="token_cmd", required=True
-    )
+    tok = subparsers.add_parser(
+        "token", help="manage access tokens", description="Create, list and revoke the hub's access tokens."
+    ).add_subparsers(dest="token_cmd", required=True, metavar="ACTION")
     t = tok.add_parser("create", help="create a token and print it (only its hash is stored)")
-    t.add_argument("--user", required=True)
+    t.add_argument("--user", required=True, help="the user the token acts as (writes its own namespace)")
     t.add_argument(
         "--write", nargs="*", default=[], metavar="NAMESPACE", help="extra namespaces it may write"
     )
-    t.add_argument("--data", type=Path, required=True)
+    _store_args(t, init=True)
     t.set_defaults(func=_token_create)
-
-    org = subparsers.add_parser("org", help="manage orgs").add_subparsers(dest="org_cmd", required=True)
-    o = org.add_parser("create", help="create (or update) an org")
-    o.add_argument("name")
-    o.add_argument("--trusted", action="store_true", help="mark as trustedKernelPublisher")
-    o.add_argument("--member", action="append", default=[], metavar="USER")
-    o.add_argument("--data", type=Path, required=True)
-    o.set_defaults(func=_org_create)
-
-    key = subparsers.add_parser("key", help="manage publisher signing keys").add_subparsers(
-        dest="key_cmd", required=True
+    t = tok.add_parser("list", help="list tokens: id (hash prefix), user, extra namespaces, created")
+    _store_args(t, init=False)
+    t.set_defaults(func=_token_list)
+    t = tok.add_parser("revoke", help="delete a token: it stops working at once")
+    t.add_argument(
+        "token", metavar="ID_OR_TOKEN", help="the token itself, or 8+ hex digits of its id (`token list`)"
     )
+    _store_args(t, init=False)
+    t.set_defaults(func=_token_revoke)
+
+    org = subparsers.add_parser(
+        "org", help="manage orgs", description="Create orgs, list them, list and change their members."
+    ).add_subparsers(dest="org_cmd", required=True, metavar="ACTION")
+    o = org.add_parser("create", help="create an org, or update its trusted flag and add members")
+    o.add_argument("name", help="org name (a namespace)")
+    o.add_argument(
+        "--trusted", action="store_true", help="mark it trustedKernelPublisher (kernels trusts its code)"
+    )
+    o.add_argument("--member", action="append", default=[], metavar="USER", help="add this user (repeatable)")
+    _store_args(o, init=True)
+    o.set_defaults(func=_org_create)
+    o = org.add_parser("list", help="list orgs: name, trusted flag, number of members")
+    _store_args(o, init=False)
+    o.set_defaults(func=_org_list)
+    o = org.add_parser("members", help="list an org's members (after --add/--remove)")
+    o.add_argument("name", help="org name")
+    o.add_argument(
+        "--add", action="append", default=[], metavar="USER", help="add this user first (repeatable)"
+    )
+    o.add_argument(
+        "--remove", action="append", default=[], metavar="USER", help="remove this user first (repeatable)"
+    )
+    _store_args(o, init=False)
+    o.set_defaults(func=_org_members)
+
+    key = subparsers.add_parser(
+        "key", help="manage publisher signing keys", description="Register, list and revoke publisher keys."
+    ).add_subparsers(dest="key_cmd", required=True, metavar="ACTION")
     k = key.add_parser("add", help="register an ed25519 public key for a namespace")
-    k.add_argument("namespace")
+    k.add_argument("namespace", help="the namespace whose versions the key signs")
     k.add_argument(
         "--public-key", type=Path, required=True, help="raw 32 bytes, base64 of them, or a PEM file"
     )
-    k.add_argument("--data", type=Path, required=True)
+    _store_args(k, init=True)
     k.set_defaults(func=_key_add)
+    k = key.add_parser("list", help="list publisher keys: namespace, key id, registered")
+    k.add_argument("namespace", nargs="?", help="only this namespace's keys")
+    _store_args(k, init=False)
+    k.set_defaults(func=_key_list)
+    k = key.add_parser("revoke", help="remove a publisher key: loaders stop accepting what only it signs")
+    k.add_argument("namespace", help="the key's namespace")
+    k.add_argument("key_id", help="its id (`key list`)")
+    _store_args(k, init=False)
+    k.set_defaults(func=_key_revoke)
 
 
-def _accounts(data: Path):
+def open_store(args: argparse.Namespace):
+    """The hub's accounts store named by the command line (`--data`); refuses a folder without a hub unless --init."""
     from registry.hub.storage import db
     from registry.hub.storage.accounts import Accounts
 
+    data: Path = args.data
+    if not (data / db.DB_FILE).is_file():
+        if not getattr(args, "init", False):
+            hint = "pass --init to start a new hub there" if hasattr(args, "init") else "check the path"
+            raise UsageError(f"--data {data} holds no hub (no {db.DB_FILE}); {hint}")
+        log.info("starting a new hub in %s", data)
     return Accounts(db.connect(data))
+
+
+def _when(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    """Aligned columns on stdout (nothing but the header when there are no rows)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _token_create(args: argparse.Namespace) -> int:
     for name in (args.user, *args.write):
         validate.namespace(name)
-    print(_accounts(args.data).create_token(args.user, args.write))
+    print(open_store(args).create_token(args.user, args.write))
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    rows = [
+        [t["id"], t["user"], ",".join(t["write"]) or "-", _when(t["created_at"])]
+        for t in open_store(args).tokens()
+    ]
+    _table(rows, ["ID", "USER", "ALSO WRITES", "CREATED"])
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    gone = open_store(args).revoke_token(args.token)
+    log.info("token %s of %s revoked", gone["id"], gone["user"])
     return 0
 
 
 def _org_create(args: argparse.Namespace) -> int:
     for name in (args.name, *args.member):
         validate.namespace(name)
-    _accounts(args.data).create_org(args.name, args.trusted, args.member)
+    open_store(args).create_org(args.name, args.trusted, args.member)
     log.info(
         "org %s: trusted=%s, members added: %s", args.name, args.trusted, ", ".join(args.member) or "none"
     )
+    return 0
+
+
+def _org_list(args: argparse.Namespace) -> int:
+    rows = [[o["name"], "yes" if o["trusted"] else "no", str(o["members"])] for o in open_store(args).orgs()]
+    _table(rows, ["ORG", "TRUSTED", "MEMBERS"])
+    return 0
+
+
+def _org_members(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    org = store.org(args.name)
+    if org is None:
+        raise HubError(
+            "NotFound", f"no org {args.name!r} on this hub; create it with `kernel-hub org create`"
+        )
+    for user in args.add:
+        validate.namespace(user)
+    if args.add:
+        store.create_org(args.name, org["trusted"], args.add)
+    if args.remove:
+        missing = sorted(set(args.remove) - set(store.remove_members(args.name, args.remove)))
+        if missing:
+            log.warning("not members of %s: %s", args.name, ", ".join(missing))
+    for user in store.org(args.name)["members"]:
+        print(user)
     return 0
 
 
@@ -88,9 +197,28 @@ def _read_public_key(path: Path) -> str:
 
 def _key_add(args: argparse.Namespace) -> int:
     validate.namespace(args.namespace)
+    store = open_store(args)
     try:
-        key_id = _accounts(args.data).add_key(args.namespace, _read_public_key(args.public_key))
+        key_id = store.add_key(args.namespace, _read_public_key(args.public_key))
     except HubError as e:
         raise HubError(e.kind, f"{args.public_key}: {e.message}") from None
     print(key_id)
+    return 0
+
+
+def _key_list(args: argparse.Namespace) -> int:
+    keys = [k for k in open_store(args).all_keys() if args.namespace in (None, k["namespace"])]
+    _table(
+        [[k["namespace"], k["id"], _when(k["created_at"])] for k in keys],
+        ["NAMESPACE", "KEY ID", "REGISTERED"],
+    )
+    return 0
+
+
+def _key_revoke(args: argparse.Namespace) -> int:
+    if not open_store(args).revoke_key(args.namespace, args.key_id):
+        raise HubError(
+            "NotFound", f"no key {args.key_id} registered for {args.namespace}; see `kernel-hub key list`"
+        )
+    log.info("key %s of %s revoked", args.key_id, args.namespace)
     return 0

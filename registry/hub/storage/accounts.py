@@ -11,7 +11,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import HubError
@@ -70,6 +70,40 @@ class Accounts:
             )
         return Principal(row.user, frozenset(json.loads(row.write_namespaces)) | frozenset(orgs))
 
+    def tokens(self) -> list[dict]:
+        """Every token as `{"id", "user", "write", "created_at"}`; `id` = the first 12 hex of its hash."""
+        with db.read_tx(self.engine) as c:
+            rows = c.execute(select(db.tokens).order_by(db.tokens.c.created_at)).all()
+        return [
+            {
+                "id": r.hash[:12],
+                "user": r.user,
+                "write": json.loads(r.write_namespaces),
+                "created_at": r.created_at,
+            }
+            for r in rows
+        ]
+
+    def revoke_token(self, token_or_id: str) -> dict:
+        """Delete one token, named by itself or by a unique prefix (>= 8 hex) of its id; returns what was deleted.
+
+        HubError NotFound when nothing or more than one token matches.
+        """
+        is_token = token_or_id.startswith("hf_")
+        prefix = token_hash(token_or_id) if is_token else token_or_id.lower()
+        if not is_token and (len(prefix) < 8 or any(ch not in "0123456789abcdef" for ch in prefix)):
+            raise HubError("BadRequest", f"{token_or_id!r} is no token id: give at least 8 hex digits of one")
+        with db.write_tx(self.engine) as c:
+            rows = c.execute(select(db.tokens).where(db.tokens.c.hash.startswith(prefix))).all()
+            if len(rows) != 1:
+                raise HubError(
+                    "NotFound",
+                    f"{'no' if not rows else len(rows)} token(s) match {token_or_id[:16]!r}"
+                    + ("; give more digits of the id" if rows else ""),
+                )
+            c.execute(delete(db.tokens).where(db.tokens.c.hash == rows[0].hash))
+        return {"id": rows[0].hash[:12], "user": rows[0].user}
+
     def user_orgs(self, user: str) -> list[str]:
         with db.read_tx(self.engine) as c:
             return list(
@@ -88,6 +122,28 @@ class Accounts:
             have = set(c.execute(select(db.org_members.c.user).where(db.org_members.c.org == name)).scalars())
             for m in sorted(set(members) - have):
                 c.execute(insert(db.org_members).values(org=name, user=m))
+
+    def orgs(self) -> list[dict]:
+        """Every org as `{"name", "trusted", "members"}` (members: how many)."""
+        count = select(func.count()).where(db.org_members.c.org == db.orgs.c.name).scalar_subquery()
+        with db.read_tx(self.engine) as c:
+            rows = c.execute(
+                select(db.orgs.c.name, db.orgs.c.trusted, count.label("n")).order_by(db.orgs.c.name)
+            )
+            return [{"name": r.name, "trusted": bool(r.trusted), "members": r.n} for r in rows]
+
+    def remove_members(self, name: str, members: list[str]) -> list[str]:
+        """Take `members` out of org `name`; returns those who were in it."""
+        with db.write_tx(self.engine) as c:
+            have = set(c.execute(select(db.org_members.c.user).where(db.org_members.c.org == name)).scalars())
+            gone = sorted(have & set(members))
+            if gone:
+                c.execute(
+                    delete(db.org_members).where(
+                        db.org_members.c.org == name, db.org_members.c.user.in_(gone)
+                    )
+                )
+        return gone
 
     def org(self, name: str) -> dict | None:
         with db.read_tx(self.engine) as c:
@@ -133,6 +189,23 @@ class Accounts:
                 select(db.keys).where(db.keys.c.namespace == namespace).order_by(db.keys.c.created_at)
             ).all()
         return [{"id": r.key_id, "public_key": r.public_key} for r in rows]
+
+    def all_keys(self) -> list[dict]:
+        """Every publisher key as `{"namespace", "id", "public_key", "created_at"}`."""
+        with db.read_tx(self.engine) as c:
+            rows = c.execute(select(db.keys).order_by(db.keys.c.namespace, db.keys.c.created_at)).all()
+        return [
+            {"namespace": r.namespace, "id": r.key_id, "public_key": r.public_key, "created_at": r.created_at}
+            for r in rows
+        ]
+
+    def revoke_key(self, namespace: str, key_id: str) -> bool:
+        """Remove a publisher key of `namespace`; False when it was not registered."""
+        with db.write_tx(self.engine) as c:
+            gone = c.execute(
+                delete(db.keys).where(db.keys.c.namespace == namespace, db.keys.c.key_id == key_id)
+            )
+        return gone.rowcount > 0
 
     # --- server secret -------------------------------------------------------------------------------
     def secret(self) -> bytes:

@@ -124,12 +124,15 @@ settings = Table(
 )
 
 
+DB_FILE = "hub.sqlite3"  # the SQLite database inside a data directory
+
+
 def connect(url_or_dir: str | Path) -> Engine:
     """An engine for a database URL, or for `<dir>/hub.sqlite3` when given a data directory."""
     url = str(url_or_dir)
     if "://" not in url:
         Path(url).mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{Path(url).resolve() / 'hub.sqlite3'}"
+        url = f"sqlite:///{Path(url).resolve() / DB_FILE}"
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
         _tune_sqlite(engine)
