@@ -1,36 +1,56 @@
-"""Minimal web pages: `/` lists the public repos; `/kernels/{ns}/{name}` shows each version
-(`vN` branch) with its variants (folders under `build/`) and files.
+"""The hub's web pages, rendered from the Jinja2 templates in `templates/`:
 
-Other parts add blocks under each version by injection: `create_app(..., extensions=[section, ...])`,
-each a `PageSection` (the CLI's `kernel-hub serve` adds the compatibility matrix). The hub itself
-imports none of them, so pages never import torch, kernels or huggingface_hub.
+- `/` the public repos;
+- `/kernels/{ns}/{name}` a kernel: its README (Markdown, rendered), a table of versions (`vN` branches), and the
+  newest version in full: variants and the injected sections;
+- `/kernels/{ns}/{name}/tree/vN` one version in full, with its files;
+- `/kernels/{ns}/{name}/commit/{oid}` one commit (the `commitUrl` the hub answers after a commit points here).
+
+An unknown repo, version or commit is an HTML 404 page (with the API's `X-Error-Code`).
+
+Other parts add blocks under a version by injection: `create_app(..., extensions=[section, ...])`, each a
+`PageSection` (the CLI's `kernel-hub serve` adds the compatibility matrix). The hub imports none of them, so
+pages never import torch, kernels or huggingface_hub. A section's HTML is kept for `SECTION_TTL_S` per
+(version commit, `compat` head): building the matrix costs more than the rest of a page.
 """
 
 from __future__ import annotations
 
-import html
+import datetime
 import json
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
+import jinja2
+from markdown_it import MarkdownIt
+from markupsafe import Markup
 from starlette.responses import HTMLResponse
 
-from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE, version_of
+from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE, is_version_branch, version_of
 from registry.spec.variant import metadata_path
 
+from .errors import HubError
 from .manifest import Manifest
 from .routing import route
 from .web import Call
 
 MAX_RECORD_BYTES = 1024 * 1024
-_STYLE = "body{font-family:sans-serif;max-width:60em;margin:2em auto}code{background:#eee}"
+MAX_README_BYTES = 256 * 1024  # a bigger README is linked, not rendered
+SECTION_TTL_S = 60.0
+_SECTION_CACHE_SIZE = 128
 
-
-def _page(title: str, body: str) -> HTMLResponse:
-    return HTMLResponse(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
-    )
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("registry.hub", "templates"),
+    autoescape=jinja2.select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+)
+# CommonMark plus tables, raw HTML off: a README cannot inject markup into the hub's pages.
+_MARKDOWN = MarkdownIt("js-default")
 
 
 class PageSection(Protocol):
@@ -48,31 +68,88 @@ class PageSection(Protocol):
     ) -> str: ...
 
 
-def extra_sections(
+def render_markdown(text: str) -> Markup:
+    """HTML of a Markdown text (a YAML front matter block is dropped: it is metadata, not prose)."""
+    if text.startswith("---\n"):
+        end = text.find("\n---", 4)
+        if end != -1:
+            text = text[end + 4 :].lstrip("\n")
+    return Markup(_MARKDOWN.render(text))
+
+
+def _page(template: str, status: int = 200, headers: dict | None = None, **context) -> HTMLResponse:
+    return HTMLResponse(
+        _TEMPLATES.get_template(template).render(**context), status_code=status, headers=headers
+    )
+
+
+def not_found(err: HubError, back_url: str = "/", back_text: str = "All repositories") -> HTMLResponse:
+    """The HTML 404 for a page: the hub's message, and the API's error code for tools."""
+    return _page(
+        "not_found.html",
+        status=err.status,
+        headers={"X-Error-Code": err.code},
+        message=err.message,
+        back_url=back_url,
+        back_text=back_text,
+    )
+
+
+class SectionCache:
+    """Injected sections' HTML per (section, repo, version, commit, compat head), kept `SECTION_TTL_S`."""
+
+    def __init__(self, size: int = _SECTION_CACHE_SIZE, ttl_s: float = SECTION_TTL_S):
+        self.size, self.ttl_s = size, ttl_s
+        self._items: OrderedDict[tuple, tuple[float, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make: Callable[[], str]) -> str:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and now - hit[0] < self.ttl_s:
+                self._items.move_to_end(key)
+                return hit[1]
+        value = make()
+        with self._lock:
+            self._items[key] = (now, value)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
+
+
+_SECTIONS = SectionCache()
+
+
+def section_html(
     sections: tuple[PageSection, ...],
     repo_id: str,
     version: int,
     commit: str,
     manifest: Manifest,
     read: Callable[[str], bytes],
-    compat: dict[str, bytes],
-) -> list[str]:
+    compat: Callable[[], dict[str, bytes]],
+    compat_head: str | None,
+) -> list[Markup]:
     """The injected blocks for one version; a failing one becomes a note, since the page must render."""
     out = []
-    for section in sections:
-        try:
-            out.append(
-                section(
+    for i, section in enumerate(sections):
+
+        def make(section=section) -> str:
+            try:
+                return section(
                     repo=repo_id,
                     version=version,
                     commit=commit,
                     paths=list(manifest),
                     read=read,
-                    compat=compat,
+                    compat=compat(),
                 )
-            )
-        except Exception as e:  # noqa: BLE001 - a page must render even when a section cannot: say why
-            out.append(f"<p>{html.escape(_title(section))} unavailable: {html.escape(str(e))}</p>")
+            except Exception as e:  # noqa: BLE001 - a page must render even when a section cannot: say why
+                return str(Markup("<p>{} unavailable: {}</p>").format(_title(section), e))
+
+        out.append(Markup(_SECTIONS.get((id(section), i, repo_id, version, commit, compat_head), make)))
     return out
 
 
@@ -88,15 +165,13 @@ def _backend(meta: dict) -> str:
     return f"{backend.get('type', '')}" + (f" ({archs})" if archs else "")
 
 
+def _date(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def index(call: Call):
-    rows = [
-        f"<li><a href='/kernels/{html.escape(r.repo_id)}'>{html.escape(r.repo_id)}</a></li>"
-        if r.type == KERNEL_REPO_TYPE
-        else f"<li>{html.escape(r.repo_id)} (model)</li>"
-        for r in call.hub.store.list()
-        if not r.private
-    ]
-    return _page("kernel-hub", f"<h1>kernel-hub</h1><ul>{''.join(rows) or '<li>no repos yet</li>'}</ul>")
+    repos = [r for r in call.hub.store.list() if not r.private]
+    return _page("index.html", repos=repos, kernel_type=KERNEL_REPO_TYPE)
 
 
 def reader(call: Call, manifest: Manifest) -> Callable[[str], bytes]:
@@ -122,9 +197,8 @@ def variants_of(manifest: Manifest, read: Callable[[str], bytes]) -> dict[str, d
     return out
 
 
-def compat_files(call: Call, repo) -> dict[str, bytes]:
-    """The JSON files of the `compat` branch (recorded real checks), path -> bytes."""
-    head = call.hub.store.ref(repo, "branch", COMPAT_BRANCH)
+def compat_files(call: Call, repo, head: str | None) -> dict[str, bytes]:
+    """The JSON files of the `compat` branch at `head` (recorded real checks), path -> bytes."""
     if head is None:
         return {}
     manifest = call.hub.store.manifest(repo, head)
@@ -132,49 +206,114 @@ def compat_files(call: Call, repo) -> dict[str, bytes]:
     return {p: read(p) for p, e in manifest.items() if p.endswith(".json") and e.size < MAX_RECORD_BYTES}
 
 
-def kernel_page(call: Call):
-    repo = call.repo()
+def _versions(call: Call, repo) -> list[tuple[int, str]]:
+    """(N, commit) of every `vN` branch, newest first."""
+    refs = call.hub.store.refs(repo)
+    return sorted(((n, r.commit_id) for r in refs if r.kind == "branch" and (n := version_of(r.name)) is not None), reverse=True)  # fmt: skip
+
+
+def _version(call: Call, repo, number: int, commit_id: str, *, sections: bool) -> dict:
+    """What the templates show of one version; `sections` renders the injected blocks too."""
     store = call.hub.store
-    versions = sorted(
-        (
-            (n, r.commit_id)
-            for r in store.refs(repo)
-            if r.kind == "branch" and (n := version_of(r.name)) is not None
-        ),
-        reverse=True,
+    manifest = store.manifest(repo, commit_id)
+    read = reader(call, manifest)
+    base = f"/kernels/{repo.repo_id}"
+    view = {
+        "number": number,
+        "commit": commit_id,
+        "commit_url": f"{base}/commit/{commit_id}",
+        "page_url": f"{base}/tree/v{number}",
+        "date": _date(store.get_commit(repo, commit_id).created_at),
+        "variants": [(v, _backend(m)) for v, m in variants_of(manifest, read).items()],
+        "sections": [],
+        "manifest": manifest,
+        "read": read,
+    }
+    if sections and call.hub.extensions:
+        compat_head = store.ref(repo, "branch", COMPAT_BRANCH)
+        view["sections"] = section_html(
+            call.hub.extensions,
+            repo.repo_id,
+            number,
+            commit_id,
+            manifest,
+            read,
+            lambda: compat_files(call, repo, compat_head),
+            compat_head,
+        )
+    return view
+
+
+def _readme(view: dict) -> Markup | None:
+    entry = view["manifest"].get("README.md")
+    if entry is None:
+        return None
+    if entry.size > MAX_README_BYTES:
+        return Markup("<p>README.md is {} bytes: <a href='{}'>read it here</a>.</p>").format(
+            entry.size, f"{view['page_url']}#files"
+        )
+    return render_markdown(view["read"]("README.md").decode("utf-8", errors="replace"))
+
+
+def _kernel_repo(call: Call):
+    """The kernel repo of the path, or an HTML 404 response."""
+    try:
+        return call.repo(), None
+    except HubError as e:
+        if e.kind != "RepoNotFound":
+            raise
+        return None, not_found(e)
+
+
+def kernel_page(call: Call):
+    repo, missing = _kernel_repo(call)
+    if missing:
+        return missing
+    versions = [_version(call, repo, n, c, sections=i == 0) for i, (n, c) in enumerate(_versions(call, repo))]
+    readme = _readme(versions[0]) if versions else None
+    return _page("kernel.html", repo_id=repo.repo_id, versions=versions, readme=readme)
+
+
+def version_page(call: Call):
+    repo, missing = _kernel_repo(call)
+    if missing:
+        return missing
+    rev = call.p["rev"]
+    commit_id = call.hub.store.ref(repo, "branch", rev) if is_version_branch(rev) else None
+    if commit_id is None:
+        err = HubError(
+            "RevisionNotFound", f"{repo.repo_id} has no version {rev!r}: its versions are listed on its page"
+        )
+        return not_found(err, f"/kernels/{repo.repo_id}", repo.repo_id)
+    view = _version(call, repo, version_of(rev), commit_id, sections=True)
+    files = sorted((p, e.size) for p, e in view["manifest"].items())
+    return _page("version.html", repo_id=repo.repo_id, v=view, files=files)
+
+
+def commit_page(call: Call):
+    repo, missing = _kernel_repo(call)
+    if missing:
+        return missing
+    store = call.hub.store
+    try:
+        commit = store.get_commit(repo, call.p["oid"].lower())
+    except HubError as e:
+        return not_found(e, f"/kernels/{repo.repo_id}", repo.repo_id)
+    versions = sorted(n for n, c in _versions(call, repo) if c == commit.id)
+    files = sorted((p, e.size) for p, e in store.manifest(repo, commit.id).items())
+    return _page(
+        "commit.html",
+        repo_id=repo.repo_id,
+        commit=commit,
+        date=_date(commit.created_at),
+        versions=versions,
+        files=files,
     )
-    compat = compat_files(call, repo)
-    parts = [f"<h1>{html.escape(repo.repo_id)}</h1>"]
-    if not versions:
-        parts.append("<p>No versions published yet (branches v1, v2, ...).</p>")
-    for number, commit_id in versions:
-        manifest = store.manifest(repo, commit_id)
-        read = reader(call, manifest)
-        variants = variants_of(manifest, read)
-        parts.append(f"<h2>v{number} <small><code>{commit_id[:12]}</code></small></h2>")
-        parts.append(
-            "<h3>Variants</h3><ul>"
-            + "".join(
-                f"<li><code>{html.escape(v)}</code> {html.escape(_backend(m))}</li>"
-                for v, m in variants.items()
-            )
-            + "</ul>"
-        )
-        parts.extend(
-            extra_sections(call.hub.extensions, repo.repo_id, number, commit_id, manifest, read, compat)
-        )
-        parts.append(
-            "<details><summary>Files</summary><ul>"
-            + "".join(
-                f"<li><code>{html.escape(p)}</code> ({e.size} bytes)</li>"
-                for p, e in sorted(manifest.items())
-            )
-            + "</ul></details>"
-        )
-    return _page(repo.repo_id, "".join(parts))
 
 
 ROUTES = [
     route("GET", "", index),
     route("GET", "kernels/{ns}/{name}", kernel_page, T="kernels"),
+    route("GET", "kernels/{ns}/{name}/tree/{rev}", version_page, T="kernels"),
+    route("GET", "kernels/{ns}/{name}/commit/{oid}", commit_page, T="kernels"),
 ]

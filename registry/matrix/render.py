@@ -31,6 +31,29 @@ LEGEND = (
 )
 
 
+def problem_groups(problems: Sequence[str], examples: int = 2) -> list[str]:
+    """Broken promises in few lines: those with the same reason (the text after `<where>: `) become one line
+    with a count and `examples` places. `kernel-hub matrix -v` and the JSON rendering keep every one."""
+    groups: dict[str, list[str]] = {}
+    for p in problems:
+        where, _, why = p.partition(": ")
+        groups.setdefault(why or where, []).append(where)
+    out = []
+    for why, places in groups.items():
+        if len(places) == 1:
+            out.append(f"{places[0]}: {why}")
+        else:
+            shown = "; ".join(places[:examples])
+            out.append(f"{why}: {len(places)} environments, e.g. {shown}")
+    return out
+
+
+def inline_code(text: str) -> str:
+    """HTML of a one-line text whose `backticks` mark code (the legend is shared with markdown)."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _version_key(text: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in text.replace("-", ".").split("."))
 
@@ -143,7 +166,7 @@ def render_markdown(matrix: Matrix) -> str:
         if problems
         else "**Every promised environment has a hub kernel.**",
     ]
-    out += [f"- {p}" for p in problems]
+    out += [f"- {p}" for p in problem_groups(problems)]
     return "\n".join(out) + "\n"
 
 
@@ -214,7 +237,7 @@ def render_html(matrix: Matrix) -> str:
         f"<h3>Compatibility matrix v{matrix.version} <code>{e(matrix.commit[:12])}</code></h3>",
         (
             f"<p>Variants: {e(', '.join(matrix.variants) or 'none')}. Python {e(_python_span(matrix))} "
-            f'unless a cell says otherwise.</p><p class="note">{e(LEGEND.format(**HTML_MARK))}</p>'
+            f'unless a cell says otherwise.</p><p class="note">{inline_code(LEGEND.format(**HTML_MARK))}</p>'
         ),
         "<table><thead><tr><th>GPU</th><th>CUDA</th><th>torch</th>"
         + "".join(f"<th>{e(c)}</th>" for c in cpus)
@@ -238,7 +261,7 @@ def render_html(matrix: Matrix) -> str:
     problems = matrix.problems()
     if problems:
         parts.append(f'<div class="problems"><p>{len(problems)} broken promise(s):</p><ul>')
-        parts += [f"<li>{e(p)}</li>" for p in problems]
+        parts += [f"<li>{e(p)}</li>" for p in problem_groups(problems)]
         parts.append("</ul></div>")
     parts.append("</section>")
     return "\n".join(parts)

@@ -153,7 +153,8 @@ def test_page_sections_come_by_injection_and_a_failing_one_becomes_a_note():
 
     bad.title = "Compatibility matrix"
     read = {"build/v/metadata.json": b"{}"}.__getitem__
-    out = pages.extra_sections((good, bad), "org/k", 3, "a" * 40, {"build/v/metadata.json": None}, read, {})
+    manifest = {"build/v/metadata.json": None}
+    out = pages.section_html((good, bad), "org/k", 3, "a" * 40, manifest, read, dict, None)
     assert out == ["<section>ok</section>", "<p>Compatibility matrix unavailable: no &lt;matrix&gt; file</p>"]
     assert seen == [
         {
@@ -165,3 +166,6 @@ def test_page_sections_come_by_injection_and_a_failing_one_becomes_a_note():
             "compat": {},
         }
     ]
+    # Kept per (version commit, compat head): the matrix is the costly part of a page.
+    assert pages.section_html((good,), "org/k", 3, "a" * 40, manifest, read, dict, None) == out[:1]
+    assert len(seen) == 1

@@ -69,7 +69,13 @@ def test_matrix_of_a_version_missing_sm80(hub, token, api, tmp_path, no_sm80_ver
     )
     assert cells[("sm_86", "2.11", "13.0", "3.12", "x86_64")]["label"] == f"{STABLE} (PTX sm_86)"
     assert cells[("sm_90", "2.13", "13.0", "3.10", "x86_64")]["label"] == f"{STABLE} (SASS sm_90a)"
-    assert "sm_80 torch 2.11 CUDA 13.0 Python 3.12 x86_64-linux: no variant fits" in r.stderr
+    # stderr: one summary line; -v lists every broken promise
+    assert r.stderr.strip().splitlines()[-1].startswith("kernel-hub matrix: ")
+    assert "broken promise(s), listed by reason in the report; -v lists each" in r.stderr
+    assert "no variant fits" not in r.stderr
+    verbose = cli(hub, token, tmp_path, repo, "--version", "1", "--format", "json", "-v")
+    assert verbose.returncode == 1
+    assert "sm_80 torch 2.11 CUDA 13.0 Python 3.12 x86_64-linux: no variant fits" in verbose.stderr
 
 
 def test_full_version_keeps_every_promise_and_prints_markdown(hub, token, api, tmp_path, full_version):

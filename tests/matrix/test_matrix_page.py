@@ -91,14 +91,16 @@ def page_repo(hub, tmp_path_factory):
     return repo, commits
 
 
-def test_kernel_page_embeds_the_matrix_of_every_version(hub, page_repo):
+def test_kernel_page_embeds_the_matrix_of_the_newest_version_and_version_pages_theirs(hub, page_repo):
     repo, commits = page_repo
     html = urllib.request.urlopen(f"{hub.url}/kernels/{repo}", timeout=10).read().decode()
-    assert html.count('<section class="kh-matrix"') == 2
-    assert 'id="matrix-v1"' in html and 'id="matrix-v2"' in html
-    assert "fallback: torch.compile — no variant for sm_80" in html
+    assert html.count('<section class="kh-matrix"') == 1 and 'id="matrix-v2"' in html
     assert "✓ torch-stable-abi211-cu130-x86_64-linux (SASS sm_90a)" in html
-    assert commits[2][:12] in html
+    assert "the variant <code>get_kernel</code> picks" in html  # the legend's markdown, rendered
+    assert commits[2][:12] in html and commits[1][:12] in html and f"/kernels/{repo}/tree/v1" in html
+    v1 = urllib.request.urlopen(f"{hub.url}/kernels/{repo}/tree/v1", timeout=10).read().decode()
+    assert v1.count('<section class="kh-matrix"') == 1 and 'id="matrix-v1"' in v1
+    assert "fallback: torch.compile — no variant for sm_80" in v1
 
 
 def png_size(data: bytes) -> tuple[int, int]:

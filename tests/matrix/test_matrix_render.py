@@ -73,3 +73,12 @@ def test_html_is_escaped_and_embeddable(no_sm80_version, make_record):
     assert 'class="fallback"' in fragment
     page = render_html_page([matrix(no_sm80_version)], "org/fused-mlp")
     assert page.startswith("<!doctype html>") and page.count("<section") == 1
+
+
+def test_broken_promises_are_grouped_by_reason():
+    from registry.matrix.render import problem_groups
+
+    problems = [f"sm_{a} torch 2.11 Python 3.12: no variant fits (no CUDA variant)" for a in (80, 86, 90)]
+    problems.append("sm_90 torch 2.11 Python 3.12: check on fp failed: boom")
+    grouped = "no variant fits (no CUDA variant): 3 environments, e.g. sm_80 torch 2.11 Python 3.12; sm_86 torch 2.11 Python 3.12"
+    assert problem_groups(problems) == [grouped, "sm_90 torch 2.11 Python 3.12: check on fp failed: boom"]
