@@ -10,7 +10,6 @@ cache, server log) live in DIR/demo/.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import subprocess
 import sys
@@ -71,18 +70,6 @@ def embedded_hub(data: Path, log_path: Path):
         hub.stop()
 
 
-@contextmanager
-def _quiet(logger: str):
-    """Only warnings from `logger` meanwhile: the demo prints its own summary of each step."""
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
 def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
@@ -115,10 +102,9 @@ def _build(args: argparse.Namespace, dist: Path) -> None:
 
     _step(f"build {args.source} -> {dist}")
     t0 = time.perf_counter()
-    with _quiet("registry.publisher"):
-        result = build(
-            args.source, dist, args.matrix, aot=not args.no_aot, only=args.variants or DEFAULT_VARIANTS
-        )
+    result = build(
+        args.source, dist, args.matrix, aot=not args.no_aot, only=args.variants or DEFAULT_VARIANTS
+    )
     for v in result.variants:
         print(f"  {v.status:8} {v.name}" + "".join(f"\n           {n}" for n in v.notes))
     print(f"  ({time.perf_counter() - t0:.1f} s)")
@@ -128,8 +114,7 @@ def _publish(dist: Path, url: str, token: str, key: Path) -> None:
     from registry.publisher.publish import publish
 
     _step(f"publish {REPO} v1 to {url}")
-    with _quiet("registry.publisher"):
-        result = publish(REPO, dist, 1, endpoint=url, token=token, key_path=key)
+    result = publish(REPO, dist, 1, endpoint=url, token=token, key_path=key)
     state = "unchanged (same content as the current v1)" if result.unchanged else f"v1 -> {result.commit}"
     print(f"  {state}; signed by key {result.key_id}; variants: {', '.join(result.variants)}")
 

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import subprocess
+import time
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -158,7 +159,11 @@ def compile_cubins(
     """
     shipped, notes = [], []
     cuobjdump = triton_cuobjdump(python)
-    for arch in archs:
+    for i, arch in enumerate(archs, 1):
+        log.info(
+            "  %s: compiling AOT cubins (arch %d of %d, about a minute each on 2 cores)", arch, i, len(archs)
+        )
+        started = time.monotonic()
         code = _AOT_SCRIPT.format(
             pkg=package, out=str(loose_root), arch=arch, triton=triton_version, kwargs=dict(aot_kwargs or {})
         )
@@ -172,7 +177,7 @@ def compile_cubins(
         actual, note = shipped_arch(loose_root / triton_version / arch, arch, cuobjdump)
         shipped.append(actual)
         notes += [note] if note else []
-        log.info("  %s: %d files (%s SASS)", arch, n, actual)
+        log.info("  %s: %d files (%s SASS) in %.0f s", arch, n, actual, time.monotonic() - started)
         bundle_cubins(loose_root / triton_version / arch, variant_dir / package / "triton" / "cubins")
     return shipped, notes
 

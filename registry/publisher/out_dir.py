@@ -59,6 +59,17 @@ def _repo_top(path: Path) -> Path | None:
     return Path(top).resolve() if top else None
 
 
+def _unmarked_build(path: Path) -> bool:
+    """A dist from before the marker: nothing but `build/<variant>/metadata.json` folders at its top."""
+    build = path / "build"
+    variants = [v for v in build.iterdir() if v.is_dir()] if build.is_dir() else []
+    return (
+        [e.name for e in path.iterdir()] == ["build"]
+        and bool(variants)
+        and all((v / "metadata.json").is_file() for v in variants)
+    )
+
+
 def check_out_dir(out: Path, source: Path) -> None:
     """Raise BuildError unless the build may replace `out` (both paths resolved). See the module docstring."""
     if _inside(out, source) or _inside(source, out):
@@ -78,7 +89,7 @@ def check_out_dir(out: Path, source: Path) -> None:
                 f"--out {out} {'is' if first == out else 'lies in'} {first}, which holds files the git "
                 f"repository tracks ({', '.join(tracked)}); choose an untracked folder, e.g. dist/fused-mlp"
             )
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not _unmarked_build(out):
         raise BuildError(
             f"--out {out} exists and was not written by `kernel-hub build` (no {MARKER} in it), so it is not "
             "replaced; choose another --out, or remove it yourself if it is an old build"

@@ -40,3 +40,6 @@ def test_demo_runs_the_whole_path_and_shows_the_fallback(tmp_path):
     ]
     assert len([line for line in table if line.strip().startswith(("mlp", "gated_mlp"))]) == 3
     assert not (tmp_path / "unused.pem").exists()
+    # progress as plain lines on stderr while it builds and publishes (issue #14)
+    assert "[torch-cpu] built _fused_mlp_torch_cpu_" in proc.stderr
+    assert "uploading " in proc.stderr and " files of " in proc.stderr

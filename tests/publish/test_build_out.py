@@ -79,6 +79,8 @@ def test_build_replaces_only_its_own_output(checkout):
     again = _build_cli(checkout, "dist/fused-mlp")  # its own output: replaced whole
     assert again.returncode == 0, again.stderr
     assert not (foreign / "build" / "stale.txt").exists() and (foreign / MARKER).is_file()
+    (foreign / MARKER).unlink()  # a dist built before the marker existed: only build/<variant>/metadata.json
+    assert _build_cli(checkout, "dist/fused-mlp").returncode == 0 and (foreign / MARKER).is_file()
 
 
 def test_build_api_refuses_too(checkout):
