@@ -51,7 +51,11 @@ def register(subparsers) -> None:
         description='Print {"include": [...]} for `fromJSON` in .github/workflows: build jobs per variant '
         "(and CPU), or compat jobs per promised GPU arch with a runner.",
     )
-    plan.add_argument("which", choices=("build", "compat"))
+    plan.add_argument(
+        "which",
+        choices=("build", "compat"),
+        help="build: a job per variant; compat: a job per GPU arch with a runner",
+    )
     plan.add_argument(
         "--matrix", type=Path, help="build/matrix.toml (default: the one here or in a parent folder)"
     )

@@ -107,8 +107,10 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout_s: float = 60) 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="run the hub HTTP server")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 = all)"
+    )
+    p.add_argument("--port", type=int, default=8080, help="TCP port to listen on (default 8080)")
     p.add_argument("--data", type=Path, required=True, help="data directory (SQLite DB + blobs)")
     p.add_argument("--public-url", help="absolute base URL clients use (default: from the request Host)")
     p.add_argument("--page-size", type=int, default=1000, help="entries per tree/commits page")
@@ -120,7 +122,13 @@ def register(subparsers) -> None:
         help="answer uploadMode=lfs for files of at least BYTES (publishers must then set "
         "HF_HUB_DISABLE_XET=1); default: every file is uploaded inline",
     )
-    p.add_argument("--max-commit-bytes", type=int, default=512 * 1024 * 1024)
+    p.add_argument(
+        "--max-commit-bytes",
+        type=int,
+        default=512 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest commit request body accepted (default 512 MiB; bigger files go through LFS)",
+    )
     p.add_argument(
         "--workers", type=int, default=1, help="worker processes sharing the port (production: 2-4 per core)"
     )
@@ -152,7 +160,12 @@ def register(subparsers) -> None:
         help="answer only the Hugging Face Hub API: no publisher-key routes, no ref-update "
         "(test publishing and loading as against the real Hub)",
     )
-    p.add_argument("--log-level", default="warning")
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="server log level (default warning)",
+    )
     p.set_defaults(func=_serve)
 
 

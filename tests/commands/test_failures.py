@@ -1,0 +1,43 @@
+"""Every failure of a command is one line `kernel-hub <cmd>: <what>; <what to do>` with a non-zero exit;
+the traceback only with --debug."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from registry.cli import main
+from registry.commands.failures import describe
+from registry.errors import UsageError
+
+
+def test_library_errors_get_what_to_do():
+    assert describe(KeyboardInterrupt()) == ("interrupted", 130)
+    text, code = describe(FileNotFoundError(2, "No such file or directory", "/x/key.pem"))
+    assert (
+        code == 1
+        and text == "[Errno 2] No such file or directory: '/x/key.pem'; check the path and its permissions"
+    )
+    text, code = describe(RuntimeError("boom\nsecond line"))
+    assert (
+        code == 1
+        and text
+        == "unexpected RuntimeError: boom second line; re-run with --debug for the traceback and report it"
+    )
+    assert describe(UsageError("--x is wrong; use --y")) == ("--x is wrong; use --y", 2)
+
+
+def _run(*argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(list(argv))
+    return code, err.getvalue()
+
+
+def test_traceback_only_with_debug(tmp_path):
+    argv = ["token", "list", "--data", str(tmp_path / "none")]
+    code, err = _run(*argv)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    code, err = _run("--debug", *argv)
+    assert code == 2 and "Traceback (most recent call last)" in err
+    assert err.strip().splitlines()[-1].startswith("kernel-hub token: --data ")
