@@ -162,9 +162,9 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--log-level",
-        default="warning",
+        default="info",
         choices=("debug", "info", "warning", "error"),
-        help="server log level (default warning)",
+        help="info (default): one line per request; warning: only problems; debug: the HTTP server's too",
     )
     p.set_defaults(func=_serve)
 
@@ -172,9 +172,29 @@ def register(subparsers) -> None:
 SERVE_ARGS_ENV = "KERNEL_HUB_SERVE_ARGS"  # how `serve` hands its options to every worker process
 
 
+def startup_lines(args: argparse.Namespace, new: bool) -> list[str]:
+    """What `serve` says before it listens: where, what it serves from, how it logs."""
+    from registry.hub.storage import db
+
+    data = args.data.resolve()
+    url = f"http://{args.host}:{args.port}"
+    lines = [f"kernel-hub serve: {url}" + (f" (public URL {args.public_url})" if args.public_url else "")]
+    lines.append(f"  data:    {data} ({'new hub' if new else 'existing hub'})")
+    lines.append(f"  storage: SQLite {data / db.DB_FILE} (WAL), blobs in {data / 'blobs'}")
+    if args.no_extensions:
+        lines.append("  API:     Hugging Face Hub routes only (--no-extensions)")
+    quiet = args.log_level in ("warning", "error")
+    lines.append(
+        f"  log:     {'problems only' if quiet else 'one line per request'} (--log-level {args.log_level})"
+    )
+    return lines
+
+
 def _serve(args: argparse.Namespace) -> int:
     from registry.hub.server import run
+    from registry.hub.storage import db
 
+    new = not (args.data / db.DB_FILE).is_file()
     os.environ[SERVE_ARGS_ENV] = json.dumps(
         {
             "data": str(args.data),
@@ -187,15 +207,18 @@ def _serve(args: argparse.Namespace) -> int:
             "extension_routes": not args.no_extensions,
             "matrix": str(args.matrix) if args.matrix else None,
             "log_level": logging.getLogger("registry").getEffectiveLevel(),
+            "hub_log_level": args.log_level.upper(),  # registry.hub: the access log is INFO
         }
     )
+    print("\n".join(startup_lines(args, new)), flush=True)
     run(
         f"{__name__}:app_from_env",
         host=args.host,
         port=args.port,
         workers=args.workers,
         head_timeout_s=args.head_timeout,
-        log_level=args.log_level,
+        # uvicorn's own lines repeat ours (address, start-up): shown only with --log-level debug
+        log_level=args.log_level if args.log_level in ("debug", "error") else "warning",
     )
     return 0
 
@@ -210,6 +233,7 @@ def app_from_env():
     opts = json.loads(os.environ[SERVE_ARGS_ENV])
     setup_logging()  # a spawned worker starts without the CLI's log setup
     logging.getLogger("registry").setLevel(opts["log_level"])
+    logging.getLogger("registry.hub").setLevel(opts["hub_log_level"])
     config = HubConfig(
         public_url=opts["public_url"],
         page_size=opts["page_size"],

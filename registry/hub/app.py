@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
 from . import commits, files, lfs, orgs, pages, refs, repos
+from .access_log import AccessLog
 from .errors import HubError
 from .pages import PageSection
 from .routing import find, split_raw_path
@@ -152,9 +153,10 @@ def create_app(
     public_url: str | None = None,
     config: HubConfig | None = None,
     extensions: Sequence[PageSection] = (),
-) -> HubApp:
-    """The hub as an ASGI app; `extensions` are HTML blocks its kernel pages show under each version."""
+) -> AccessLog:
+    """The hub as an ASGI app (one log line per request, `access_log`); `extensions` are HTML blocks its kernel
+    pages show under each version."""
     cfg = config or HubConfig()
     if public_url:
         cfg = replace(cfg, public_url=public_url)
-    return HubApp(open_hub(Path(data_dir), cfg, extensions=extensions))
+    return AccessLog(HubApp(open_hub(Path(data_dir), cfg, extensions=extensions)))
