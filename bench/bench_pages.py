@@ -57,8 +57,16 @@ def measure(url: str, runs: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=50, help="warm fetches per page")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        dest="variants",
+        metavar="NAME",
+        help="variants to publish (repeatable; default: the demo's; torch-cpu alone breaks every GPU promise)",
+    )
     ap.add_argument("--out", type=Path, help="raw JSON (default: bench/results/bench_pages-<date>.json)")
     args = ap.parse_args()
+    variants = args.variants or DEFAULT_VARIANTS
 
     from registry.publisher.build import build
     from registry.publisher.publish import publish
@@ -76,7 +84,7 @@ def main() -> int:
                 REPO_ROOT / "kernel_src" / "fused_mlp",
                 work / "dist" / "fused-mlp",
                 aot=False,
-                only=DEFAULT_VARIANTS,
+                only=variants,
             ).out
             for n in (1, 2, 3):
                 publish(REPO, dist, n, endpoint=hub.url, token=token, key_path=work / "key.pem")
@@ -98,12 +106,13 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()}, {platform.python_version()}",
         "versions": {p: metadata.version(p) for p in ("starlette", "uvicorn", "jinja2", "markdown-it-py")},
-        "variants": DEFAULT_VARIANTS,
+        "variants": variants,
         "goal": {"bytes": GOAL_BYTES, "median_ms": GOAL_MS},
         "pages": pages,
         "met": ok,
     }
-    out = args.out or REPO_ROOT / "bench" / "results" / f"bench_pages-{datetime.date.today()}.json"
+    tag = "" if variants == DEFAULT_VARIANTS else "-" + "-".join(variants)
+    out = args.out or REPO_ROOT / "bench" / "results" / f"bench_pages-{datetime.date.today()}{tag}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"raw: {out}")
     return 0 if ok else 1
