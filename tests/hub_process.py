@@ -27,14 +27,15 @@ class HubProcess(ServeProcess):
         try:
             return super().start(timeout_s=60)
         except HubNotServing as e:
-            raise RuntimeError(f"{e}: {self.log()}") from None
+            raise RuntimeError(f"{e}: {self.log()[-4000:]}") from None
 
     def restart(self) -> HubProcess:
         self.stop()
         return self.start()
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+        """The server's whole output so far: start-up lines, one line per request, warnings."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def _admin(self, *args: str) -> str:
         from registry.cli import main
