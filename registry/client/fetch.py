@@ -37,7 +37,7 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 from registry.spec.names import COMMIT, COMPAT_BRANCH, KERNEL_REPO_TYPE, versions
-from registry.spec.variant import METADATA, SIGNATURE, metadata_path
+from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE, metadata_path
 
 from .speed_records import SPEED_DIR
 
@@ -328,7 +328,8 @@ def download_variant(
 ) -> tuple[Path, list[str]]:
     """(local folder of `build/<variant>` at `commit`, digest paths left out because `wanted` said no).
 
-    The file list is the variant's metadata.json digest (plus its signature); bytecode is never listed.
+    The file list is the variant's metadata.json digest (plus its signatures, .sig and .sigstore, where present);
+    bytecode is never listed.
     """
     path = hub.repo_dir(repo_id) / "snapshots" / commit / "build" / variant
     where = f"build/{variant} of {repo_id}@{commit[:12]}"
@@ -350,7 +351,7 @@ def download_variant(
         prefix = f"build/{variant}/"
         try:
             fetch_files(hub, repo_id, commit, [prefix + f for f in missing])
-            fetch_files(hub, repo_id, commit, [prefix + SIGNATURE], optional=True)
+            fetch_files(hub, repo_id, commit, [prefix + SIGNATURE, prefix + SIGSTORE], optional=True)
         except (HubUnreachable, HTTPError, OSError) as e:
             raise FetchError(f"download of {where} failed: {e}") from e
     return path, skipped

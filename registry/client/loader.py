@@ -1,26 +1,28 @@
 """`get_kernel`: the fastest trusted, verified, checked kernel variant for this machine, else the same API as a fallback.
 
-Steps (docs/ARCHITECTURE.md, docs/CONTRACTS.md "Loader" and "Trust"): version -> commit (online refs, else the
-cache, with a warning when the hub does not answer); publisher trust (as `kernels`: the org's
+Steps (docs/ARCHITECTURE.md, docs/CONTRACTS.md "Loader" and "Trust"): version -> commit (a `kernels.lock`, else
+online refs, else the cache, with a warning when the hub does not answer); publisher trust (as `kernels`: the org's
 `trustedKernelPublisher` or `trust_remote_code`) — an untrusted repo runs nothing, not even its fallback;
 every variant decided by `resolve.resolve_variant`, the accepted ones ordered fastest first by the speed
-records of this GPU arch; then one at a time: download the files this machine runs, verify the signature
-(a key given by the user or pinned for the namespace) and every digest (a damaged cache file is fetched
-once more), import under its unique `metadata.id`, check against the package's eager reference, and time
+records of this GPU arch; then one at a time: download the files this machine runs, verify the signatures
+(ed25519 by a key given by the user or pinned for the namespace; a sigstore bundle against the identity
+policy) and every digest (a damaged cache file is fetched once more), import under its unique `metadata.id`, check against the package's eager reference, and time
 it against that reference (the speed check). The first that passes everything is returned. Otherwise
 `fallback` decides: "compile" = torch.compile of the package's `reference` functions (taken from a verified
 variant, CPU builds first), "eager" = those functions as they are, None = raise with the whole trace.
-Every returned module carries `__kernel_info__` saying what was loaded and why.
+Every returned module carries `__kernel_info__` saying what was loaded and why. `$LOCAL_KERNELS` replaces the
+hub by a folder on this machine (as in `kernels`): same resolution and checks, nothing to trust or verify.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +31,9 @@ from kernels.importer import _import_from_path
 
 from registry.errors import KernelHubError, KernelLoadError
 from registry.spec.arch import parse_arch
-from registry.spec.digest import mismatches
+from registry.spec.digest import hash_variant, mismatches
 from registry.spec.signing import SignatureError
-from registry.spec.variant import METADATA, SIGNATURE, cubin_target
+from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE, cubin_target
 
 from .check import CheckCache, CheckCrashed, CheckResult, cache_key, checked
 from .fallback import ACTIVATION_ARGS, FALLBACK_MODES, build_fallback
@@ -46,10 +48,19 @@ from .fetch import (
     speed_records,
     variant_metadata,
 )
+from .local import LOCAL_KERNELS_ENV, local_metadata, local_override, local_variants
+from .lock import LockError, locked_commit
 from .resolve import Env, Resolution, current_env, reference_sources, resolve_variant, trace_lines
 from .speed import SPEED_MODES, SpeedCache, SpeedCheckCrashed, SpeedResult, speed_checked
 from .speed_records import parse_records, recorded_order
-from .trust import TrustRemoteCode, Untrusted, publisher_trust, user_keys, verify_signature
+from .trust import (
+    TrustRemoteCode,
+    Untrusted,
+    publisher_trust,
+    user_keys,
+    verify_keyless_signature,
+    verify_signature,
+)
 
 ALLOW_UNSIGNED_ENV = "KERNEL_HUB_ALLOW_UNSIGNED"
 
@@ -89,6 +100,8 @@ def get_kernel(
     speed_check: str | None = "once",
     trust_remote_code: TrustRemoteCode = False,
     publisher_keys: Sequence[str] | None = None,
+    sigstore_identities: Sequence[str] | None = None,
+    lockfile: str | os.PathLike | None = None,
     endpoint: str | None = None,
     token: str | None = None,
     backend: str | None = None,
@@ -97,7 +110,9 @@ def get_kernel(
 
     `backend="cpu"` makes CPU builds eligible as the kernel (as in `kernels`); by default a machine
     without a CUDA device gets the fallback with reason "no CUDA device". `speed_check=None` serves a
-    kernel that passed the check even when it is slower than its fallback.
+    kernel that passed the check even when it is slower than its fallback. `lockfile` (a `kernels.lock`)
+    names the commit instead of a version lookup; `sigstore_identities` are the workflows whose keyless
+    signature (metadata.json.sigstore) may vouch for a build; `$LOCAL_KERNELS` loads from a folder here.
     """
     _check_arguments(version, fallback, check, speed_check, trust_remote_code)
     load = plan_load(
@@ -108,6 +123,8 @@ def get_kernel(
         speed_check=speed_check,
         trust_remote_code=trust_remote_code,
         publisher_keys=publisher_keys,
+        sigstore_identities=sigstore_identities,
+        lockfile=lockfile,
         endpoint=endpoint,
         token=token,
         backend=backend,
@@ -133,7 +150,7 @@ def get_kernel(
             "offline": hub.offline,
             "offline_reason": hub.offline_reason,
             "variant": name,
-            "source": "hub",
+            "source": "hub" if load.local is None else "local",
             "reason": "; ".join([*attempts, f"{name}: {verdict.reason}"]),
             "check": _check_info(result, check),
             "speed": _speed_info(speed),
@@ -172,6 +189,8 @@ class _Load:
     keys: list[str] | None  # publisher keys the user gave (None: pinned / first use)
     info: dict  # the __kernel_info__ keys every outcome shares
     publisher: str  # how the publisher is trusted
+    sigstore_identities: Sequence[str] | None = None  # keyless signers the user accepts (None: env / default)
+    local: Mapping[str, Path] | None = None  # LOCAL_KERNELS: variant -> its folder (nothing verified)
 
     def wanted(self, relpath: str) -> bool:
         """Whether this machine runs the variant file: AOT cubins only of its own Triton version and GPU arch."""
@@ -192,6 +211,8 @@ def plan_load(
     speed_check: str | None = "once",
     trust_remote_code: TrustRemoteCode = False,
     publisher_keys: Sequence[str] | None = None,
+    sigstore_identities: Sequence[str] | None = None,
+    lockfile: str | os.PathLike | None = None,
     endpoint: str | None = None,
     token: str | None = None,
     backend: str | None = None,
@@ -202,11 +223,19 @@ def plan_load(
     fallback runs: the fallback is the repo's own reference code).
     """
     hub = Hub.from_env(endpoint, token)
+    local = local_override(repo_id)
+    if local is not None:
+        return _plan_local(hub, repo_id, local, check, speed_check, backend)
+    if lockfile is not None and revision is not None:
+        raise ValueError("pass lockfile= or revision=, not both: the lock file names the commit")
     try:
-        commit = resolve_commit(hub, repo_id, version, revision)
-    except FetchError as e:
+        if lockfile is not None:
+            commit = locked_commit(Path(lockfile), repo_id, version)
+        else:
+            commit = resolve_commit(hub, repo_id, version, revision)
+    except (FetchError, LockError) as e:
         raise KernelLoadError(f"{repo_id}: nothing to load and no reference to fall back to: {e}") from e
-    cached = revision is not None and commit_cached(hub, repo_id, commit)
+    cached = (revision is not None or lockfile is not None) and commit_cached(hub, repo_id, commit)
     try:
         publisher = publisher_trust(hub, repo_id, trust_remote_code, ask_hub=not cached)
     except Untrusted as e:
@@ -237,10 +266,12 @@ def plan_load(
         cache=CheckCache(hub.cache),
         speed_cache=SpeedCache(hub.cache),
         keys=user_keys(publisher_keys),
+        sigstore_identities=sigstore_identities,
         info={
             "repo": repo_id,
             "version": version,
             "revision": revision,
+            "lockfile": str(lockfile) if lockfile is not None else None,
             "commit": commit,
             "endpoint": hub.endpoint,
             "offline": hub.offline,
@@ -252,6 +283,47 @@ def plan_load(
             },
         },
         publisher=publisher,
+    )
+
+
+def _plan_local(
+    hub: Hub,
+    repo_id: str,
+    path: Path,
+    check: str | None,
+    speed_check: str | None,
+    backend: str | None,
+) -> _Load:
+    """A load from the folder `$LOCAL_KERNELS` names: decided and checked as hub variants, nothing verified.
+
+    The check cache is keyed by the folder's contents (a hash of every variant's file digests).
+    """
+    try:
+        variants = local_variants(path)
+    except KernelLoadError as e:
+        raise KernelLoadError(f"{repo_id}: {e}") from None
+    metas = local_metadata(variants)
+    content = json.dumps({v: hash_variant(d) for v, d in variants.items()}, sort_keys=True).encode()
+    commit = "local-" + hashlib.sha256(content).hexdigest()[:34]
+    env = current_env()
+    resolution = resolve_variant(metas, env, backend=backend)
+    return _Load(
+        hub=hub,
+        repo_id=repo_id,
+        commit=commit,
+        metas=metas,
+        resolution=resolution,
+        order=tuple(resolution.accepted),
+        env=env,
+        device="cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu",
+        check=check,
+        speed_check=speed_check,
+        cache=CheckCache(hub.cache),
+        speed_cache=SpeedCache(hub.cache),
+        keys=None,
+        info={"repo": repo_id, "version": None, "revision": None, "commit": commit, "local_path": str(path)},
+        publisher=f"local ({LOCAL_KERNELS_ENV})",
+        local=variants,
     )
 
 
@@ -368,14 +440,16 @@ def verify_variant(load: _Load, path: Path, skipped: Sequence[str] = ()) -> dict
     digest that does not match the files.
     """
     meta_bytes = (path / METADATA).read_bytes()
-    sig_path = path / SIGNATURE
-    if not sig_path.is_file():
+    sig_path, bundle_path = path / SIGNATURE, path / SIGSTORE
+    if not sig_path.is_file() and not bundle_path.is_file():
         if os.environ.get(ALLOW_UNSIGNED_ENV) != "1":
             raise Refused(
-                f"unsigned: build/{path.name} has no {SIGNATURE} (republish with `kernel-hub publish`, "
-                f"or set {ALLOW_UNSIGNED_ENV}=1 to accept unsigned builds)"
+                f"unsigned: build/{path.name} has no {SIGNATURE} or {SIGSTORE} (republish with `kernel-hub "
+                f"publish`, or set {ALLOW_UNSIGNED_ENV}=1 to accept unsigned builds)"
             )
         keys = {"key_id": None, "keys": "unsigned (allowed)", "pin_file": None}
+    elif not sig_path.is_file():
+        keys = {"key_id": None, "keys": None, "pin_file": None}  # the keyless signature decides below
     else:
         try:
             decision = verify_signature(
@@ -386,6 +460,24 @@ def verify_variant(load: _Load, path: Path, skipped: Sequence[str] = ()) -> dict
         except Untrusted as e:
             raise Refused(f"untrusted key: {e}") from e
         keys = {"key_id": decision.key_id, "keys": decision.how, "pin_file": decision.pin_file}
+    keyless = None
+    if bundle_path.is_file():
+        try:
+            signer = verify_keyless_signature(
+                load.hub,
+                load.repo_id,
+                meta_bytes,
+                bundle_path.read_bytes(),
+                load.sigstore_identities,
+                other_trusted=sig_path.is_file(),
+            )
+        except SignatureError as e:
+            raise _Damaged(f"sigstore: {e}", [METADATA, SIGSTORE]) from e
+        except Untrusted as e:
+            raise Refused(f"untrusted keyless signer: {e}") from e
+        keyless = {"signer": signer.signer, "repository": signer.repository, "trusted": signer.how}
+        if keys["keys"] is None:
+            keys = {"key_id": None, "keys": f"sigstore ({signer.how})", "pin_file": signer.pin_file}
     try:
         metadata = json.loads(meta_bytes)
     except json.JSONDecodeError as e:
@@ -401,12 +493,25 @@ def verify_variant(load: _Load, path: Path, skipped: Sequence[str] = ()) -> dict
         "signed_by": keys["key_id"],
         "files": len(metadata["digest"]["files"]) - len(skipped),
         "skipped": len(skipped),
+        "sigstore": keyless,
         "trust": {"publisher": load.publisher, **keys},
     }
 
 
 def _fetch_verified(load: _Load, name: str) -> tuple[Path, dict]:
-    """Download what this machine runs of `build/<name>` and verify it; damaged cached files are fetched once more."""
+    """Download what this machine runs of `build/<name>` and verify it; damaged cached files are fetched once more.
+
+    A LOCAL_KERNELS folder is the user's own: used as it is, nothing verified (as stock kernels).
+    """
+    if load.local is not None:
+        files = (load.metas[name].get("digest") or {}).get("files") or {}
+        trust = {
+            "publisher": load.publisher,
+            "key_id": None,
+            "keys": "not verified (local files)",
+            "pin_file": None,
+        }
+        return load.local[name], {"signed_by": None, "files": len(files), "skipped": 0, "trust": trust}
     try:
         path, skipped = download_variant(load.hub, load.repo_id, load.commit, name, load.wanted)
         return path, verify_variant(load, path, skipped)

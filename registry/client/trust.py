@@ -27,7 +27,9 @@ from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 from registry.spec.signing import SignatureError, key_id, public_key_b64, verify_metadata
 
+from . import keyless
 from .fetch import Hub, HubUnreachable, namespace_url
+from .repo_keys import RepoKeyFiles
 
 KEYS_ENV = "KERNEL_HUB_PUBLISHER_KEYS"
 PIN_SCHEMA = 1
@@ -65,7 +67,7 @@ class HubKeyRoute:
         return [k["public_key"] for k in response.json().get("keys", [])]
 
 
-KEY_SOURCES: tuple[KeySource, ...] = (HubKeyRoute(),)
+KEY_SOURCES: tuple[KeySource, ...] = (HubKeyRoute(), RepoKeyFiles())
 
 
 def _now() -> str:
@@ -255,3 +257,72 @@ def verify_signature(
         f"signature cannot be checked: no key source ({names}) lists publisher keys for {namespace!r} on "
         f"{hub.endpoint}; pass publisher_keys"
     )
+
+
+@dataclass(frozen=True)
+class KeylessDecision:
+    """Who signed `metadata.json.sigstore` and how that signer came to be trusted."""
+
+    signer: str | None  # the workflow URI in the certificate
+    repository: str | None  # its source repository: what is pinned
+    how: str  # "given" | "pinned" | "first use" | "outside the identity policy"
+    pin_file: str | None
+
+
+def verify_keyless_signature(
+    hub: Hub,
+    repo_id: str,
+    meta_bytes: bytes,
+    bundle_bytes: bytes,
+    identities: Sequence[str] | None,
+    *,
+    other_trusted: bool,
+) -> KeylessDecision:
+    """Verify `metadata.json.sigstore` (keyless.py) and decide whether its signer is trusted.
+
+    The bundle must always be a valid signature over exactly these bytes (SignatureError). Its workflow must
+    be in the identity policy (`identities`, else $KERNEL_HUB_SIGSTORE_IDENTITIES: "given", nothing pinned;
+    else kernels-community's: pinned per namespace like a key), unless `other_trusted` (a trusted ed25519
+    signature already vouches for the build): then a signer outside the policy is only reported. Raises
+    Untrusted for a signer outside the policy, or a repository other than the one pinned.
+    """
+    given = identities is not None or bool(os.environ.get(keyless.IDENTITIES_ENV, "").split())
+    accepted = keyless.identities(identities)
+    signer = keyless.verify_bundle(meta_bytes, bundle_bytes, accepted, keyless.trusted_root())
+    if signer.accepted_as is None:
+        if other_trusted:
+            return KeylessDecision(signer.signer, signer.repository, "outside the identity policy", None)
+        try:
+            keyless.require_accepted(signer, accepted)
+        except SignatureError as e:
+            raise Untrusted(str(e)) from None
+    if given:
+        return KeylessDecision(signer.signer, signer.repository, "given", None)
+    namespace = repo_id.split("/", 1)[0]
+    pins = PinFile(hub, namespace)
+    pinned = [k for k in pins.read().get("keys", []) if k.get("kind") == "sigstore"]
+    if pinned:
+        if signer.repository not in {k["identity"] for k in pinned}:
+            first = min(pinned, key=lambda k: k["pinned_at"])
+            raise Untrusted(
+                f"signed keyless by {signer.signer}, but {namespace} on {hub.host} is pinned to signing "
+                f"repository {', '.join(k['identity'] for k in pinned)} (pinned {first['pinned_at']}, "
+                f"{pins.path}). If {namespace} moved its signing on purpose, pass sigstore_identities=[...] "
+                f"or delete {pins.path} to pin again on the next load; otherwise do not use this build"
+            )
+        return KeylessDecision(signer.signer, signer.repository, "pinned", str(pins.path))
+    entry = {
+        "id": f"sigstore:{signer.repository}",
+        "kind": "sigstore",
+        "issuer": signer.issuer,
+        "identity": signer.repository,
+        "source": "metadata.json.sigstore",
+        "pinned_at": _now(),
+    }
+
+    def pin(data: dict) -> None:
+        if entry["id"] not in {k["id"] for k in data["keys"]}:
+            data["keys"].append(entry)
+
+    pins.update(pin)
+    return KeylessDecision(signer.signer, signer.repository, "first use", str(pins.path))
