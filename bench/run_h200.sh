@@ -7,12 +7,13 @@
 # print the summary tables last. Raw JSON and logs go to $OUT (8 files at most, flat: the device tool returns 8).
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
-# env: OUT (default ./h200-out); STAGES (default "tests check host paths ops model loader", run in that order); QUICK=1: fewer rows, no
+# env: OUT (default ./h200-out); STAGES (default "tests check host ops model loader", run in that order; add `paths`
+# for the path-table sweep); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS). Each stage has a time
-# limit (tests 130+90 s, check 90 s per group, paths 150 s, ops 120 s, model 150 s, loader 40+150 s) and
-# writes its JSON as it goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
+# limit (T_TESTS=120 for the two GPU test sessions, run side by side; T_CHECK=40, T_HOST=40, T_PATHS=150,
+# T_OPS=110, T_MODEL=120, T_LOADER=100 + 40 for its publish) and writes its JSON as it goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
 # kernels) in a child process first; a failing one is switched off (FUSED_MLP_CUDA_DISABLE) for the later
 # stages, which then run its step's fallback, and the log says so.
 # The loader stage (issue #10) runs last and on its own repo (acme/fused-mlp-loader): its `kernel-hub bench`
@@ -26,7 +27,10 @@ DIST="$(cd "${1:?usage: bench/run_h200.sh DIST [WHEELS_DIR]}" && pwd)"
 WHEELS="${2:-}"
 OUT="${OUT:-$PWD/h200-out}"
 QUICK="${QUICK:-0}"
-STAGES="${STAGES:-tests check host paths ops model loader}"
+STAGES="${STAGES:-tests check host ops model loader}"
+# Per-stage limits (s); the defaults sum to ~9 minutes with the set-up, inside one 10-minute device call.
+T_TESTS="${T_TESTS:-120}" T_CHECK="${T_CHECK:-40}" T_HOST="${T_HOST:-40}" T_PATHS="${T_PATHS:-150}"
+T_OPS="${T_OPS:-110}" T_MODEL="${T_MODEL:-120}" T_LOADER="${T_LOADER:-100}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/driver.log") 2>&1
 log() { echo "[run_h200 +${SECONDS}s] $*"; }
@@ -91,19 +95,23 @@ fi
 
 stage_tests() {
   log "GPU tests: tests/cuda against the built stable-ABI variant, tests/kernels (Triton)"
-  FUSED_MLP_VARIANT_DIR="$CUDA_DIR" timeout 130 python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda \
-    >> "$OUT/tests.log" 2>&1
-  echo "tests/cuda exit $?" >> "$OUT/tests.log"
+  # The two suites check numbers, not speed, so they share the GPU (and the box's 16 cores for JIT) at once.
+  (FUSED_MLP_VARIANT_DIR="$CUDA_DIR" timeout "$T_TESTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda \
+    > "$WORK/tests-cuda.log" 2>&1; echo "tests/cuda exit $?" >> "$WORK/tests-cuda.log") &
+  local cuda_tests=$!  # `wait` alone would also wait for the hub server
   if [ "$QUICK" != 1 ]; then
-    timeout 90 python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels >> "$OUT/tests.log" 2>&1
-    echo "tests/kernels exit $?" >> "$OUT/tests.log"
+    timeout "$T_TESTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels tests/loader/test_kernelize.py \
+      tests/matrix/test_matrix_check.py > "$WORK/tests-kernels.log" 2>&1
+    echo "tests/kernels+kernelize+matrix-check exit $?" >> "$WORK/tests-kernels.log"
   fi
+  wait "$cuda_tests"
+  cat "$WORK"/tests-*.log >> "$OUT/tests.log"
   grep -E "passed|failed|error|exit" "$OUT/tests.log" | tail -8
 }
 stage_check() {
   log "smoke check of the newest paths (child processes)"
   local line
-  line=$(python3 bench/check_paths.py --variant-dir "$CUDA_DIR" | tee /dev/stderr | tail -1)
+  line=$(timeout "$T_CHECK" python3 bench/check_paths.py --variant-dir "$CUDA_DIR" | tee /dev/stderr | tail -1)
   case "$line" in
     FUSED_MLP_CUDA_DISABLE=?*) export "$line"; log "switched off for the later stages: $line" ;;
     FUSED_MLP_CUDA_DISABLE=) ;;
@@ -112,24 +120,24 @@ stage_check() {
 }
 stage_host() {
   log "host-cost breakdown"
-  python3 bench/host_cost.py "${LOAD[@]}" --json "$OUT/host.json" || log "host_cost failed"
+  timeout "$T_HOST" python3 bench/host_cost.py "${LOAD[@]}" --json "$OUT/host.json" || log "host_cost failed"
 }
 stage_paths() {
   log "path table sweep (every implementation of every step)"
-  timeout 150 python3 bench/bench_paths.py "${LOAD[@]}" --json "$OUT/paths.json" || log "bench_paths failed or timed out"
+  timeout "$T_PATHS" python3 bench/bench_paths.py "${LOAD[@]}" --json "$OUT/paths.json" || log "bench_paths failed or timed out"
 }
 stage_ops() {
   log "op tables"
   local args=(--dtypes bf16)
   [ "${MAX_AUTOTUNE:-1}" = 1 ] && args+=(--max-autotune)
   [ "$QUICK" = 1 ] && args=(--dtypes bf16 --skip compile)
-  timeout 120 python3 bench/bench_ops.py "${LOAD[@]}" "${args[@]}" --json "$OUT/ops.json" || log "bench_ops failed or timed out"
+  timeout "$T_OPS" python3 bench/bench_ops.py "${LOAD[@]}" "${args[@]}" --json "$OUT/ops.json" || log "bench_ops failed or timed out"
 }
 stage_model() {
   log "model tables"
   local args=()
   [ "$QUICK" = 1 ] && args=(--rows 16,1024 --modes infer --no-compile)
-  timeout 150 python3 bench/bench_model.py "${LOAD[@]}" "${args[@]}" --json "$OUT/model.json" \
+  timeout "$T_MODEL" python3 bench/bench_model.py "${LOAD[@]}" "${args[@]}" --json "$OUT/model.json" \
     || log "bench_model failed or timed out"
 }
 stage_loader() {  # issue #10: get_kernel cold/warm/pinned in fresh processes, HTTP requests, kernel-hub bench
@@ -137,7 +145,7 @@ stage_loader() {  # issue #10: get_kernel cold/warm/pinned in fresh processes, H
   log "loader: publish acme/fused-mlp-loader, then cold/warm/pinned get_kernel, kernel-hub bench, cold again"
   timeout 40 python3 -m registry.cli publish acme/fused-mlp-loader "$DIST" --version 1 --endpoint "$URL" \
     --token "$HF_TOKEN" --key "$WORK/key.pem" > /dev/null || { log "loader: publish failed"; return; }
-  timeout 150 python3 bench/loader_h200.py --repo acme/fused-mlp-loader --out "$OUT/loader.json" \
+  timeout "$T_LOADER" python3 bench/loader_h200.py --repo acme/fused-mlp-loader --out "$OUT/loader.json" \
     || log "loader stage failed or timed out (partial JSON in $OUT/loader.json)"
 }
 for stage in $STAGES; do "stage_$stage"; done
