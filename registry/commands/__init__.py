@@ -13,6 +13,7 @@ _MODULES: list[str] = [
     "serve",
     "admin",
     "maintenance",
+    "db",
     "build",
     "publish",
     "matrix",

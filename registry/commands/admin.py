@@ -1,9 +1,10 @@
-"""`kernel-hub token | org | key`: the hub's admin commands (create, list, revoke).
+"""`kernel-hub token | org | key`: the hub's admin commands (create, list, revoke), and the storage options
+every command that opens a hub takes (`serve`, `gc`, `fsck` too).
 
-They open the same database as a running server (SQLite WAL), so they work live. A `--data` that holds
-no hub is refused (a mistyped path would otherwise get a fresh database and a token no server accepts);
-`--init` on a create command starts a new hub there. `open_store` is the one place that turns the
-command line into the hub's store.
+They open the same database as a running server (SQLite WAL, or the fleet's PostgreSQL), so they work live.
+A `--data` (or `--db`) that holds no hub is refused (a mistyped path would otherwise get a fresh database and a
+token no server accepts); `--init` on a create command starts a new hub there. `open_store` / `open_storage`
+are the one place that turns the command line into the hub's store.
 """
 
 from __future__ import annotations
@@ -12,21 +13,42 @@ import argparse
 import base64
 import datetime
 import logging
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from registry.errors import UsageError
 from registry.hub import validate
 from registry.hub.errors import HubError
 
+if TYPE_CHECKING:
+    from registry.hub.storage import Storage
+    from registry.hub.storage.accounts import Accounts
+
 log = logging.getLogger(__name__)
 
-DATA_HELP = "the hub's data directory (what `kernel-hub serve --data` uses)"
-INIT_HELP = "start a new hub in --data if it holds none (default: refuse, the path may be mistyped)"
+DATA_HELP = "the hub's data directory: SQLite hub.sqlite3 + blobs/ (what `kernel-hub serve --data` uses)"
+DB_HELP = (
+    "database instead of DATA/hub.sqlite3, e.g. postgresql+psycopg://USER:PASS@HOST:PORT/DB (default: "
+    "$KERNEL_HUB_DB, which keeps the password out of the process list)"
+)
+BLOBS_HELP = (
+    "blob store instead of DATA/blobs: a directory or s3://BUCKET/PREFIX (endpoint and credentials from "
+    "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION; default: $KERNEL_HUB_BLOBS)"
+)
+INIT_HELP = "start a new hub in --data (or --db) if it holds none (default: refuse, the path may be mistyped)"
 
 
-def _store_args(p: argparse.ArgumentParser, *, init: bool) -> None:
-    """The options that say which hub store a command opens."""
-    p.add_argument("--data", type=Path, required=True, metavar="DIR", help=DATA_HELP)
+def store_args(p: argparse.ArgumentParser, *, init: bool) -> None:
+    """The options that say which hub store a command opens: `--data DIR`, or a fleet's `--db URL --blobs …`."""
+    p.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)
+    p.add_argument("--db", metavar="URL", default=os.environ.get("KERNEL_HUB_DB"), help=DB_HELP)
+    p.add_argument(
+        "--blobs",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        default=os.environ.get("KERNEL_HUB_BLOBS"),
+        help=BLOBS_HELP,
+    )
     if init:
         p.add_argument("--init", action="store_true", help=INIT_HELP)
 
@@ -40,16 +62,16 @@ def register(subparsers) -> None:
     t.add_argument(
         "--write", nargs="*", default=[], metavar="NAMESPACE", help="extra namespaces it may write"
     )
-    _store_args(t, init=True)
+    store_args(t, init=True)
     t.set_defaults(func=_token_create)
     t = tok.add_parser("list", help="list tokens: id (hash prefix), user, extra namespaces, created")
-    _store_args(t, init=False)
+    store_args(t, init=False)
     t.set_defaults(func=_token_list)
     t = tok.add_parser("revoke", help="delete a token: it stops working at once")
     t.add_argument(
         "token", metavar="ID_OR_TOKEN", help="the token itself, or 8+ hex digits of its id (`token list`)"
     )
-    _store_args(t, init=False)
+    store_args(t, init=False)
     t.set_defaults(func=_token_revoke)
 
     org = subparsers.add_parser(
@@ -61,10 +83,10 @@ def register(subparsers) -> None:
         "--trusted", action="store_true", help="mark it trustedKernelPublisher (kernels trusts its code)"
     )
     o.add_argument("--member", action="append", default=[], metavar="USER", help="add this user (repeatable)")
-    _store_args(o, init=True)
+    store_args(o, init=True)
     o.set_defaults(func=_org_create)
     o = org.add_parser("list", help="list orgs: name, trusted flag, number of members")
-    _store_args(o, init=False)
+    store_args(o, init=False)
     o.set_defaults(func=_org_list)
     o = org.add_parser("members", help="list an org's members (after --add/--remove)")
     o.add_argument("name", help="org name")
@@ -74,7 +96,7 @@ def register(subparsers) -> None:
     o.add_argument(
         "--remove", action="append", default=[], metavar="USER", help="remove this user first (repeatable)"
     )
-    _store_args(o, init=False)
+    store_args(o, init=False)
     o.set_defaults(func=_org_members)
 
     key = subparsers.add_parser(
@@ -85,31 +107,74 @@ def register(subparsers) -> None:
     k.add_argument(
         "--public-key", type=Path, required=True, help="raw 32 bytes, base64 of them, or a PEM file"
     )
-    _store_args(k, init=True)
+    store_args(k, init=True)
     k.set_defaults(func=_key_add)
     k = key.add_parser("list", help="list publisher keys: namespace, key id, registered")
     k.add_argument("namespace", nargs="?", help="only this namespace's keys")
-    _store_args(k, init=False)
+    store_args(k, init=False)
     k.set_defaults(func=_key_list)
     k = key.add_parser("revoke", help="remove a publisher key: loaders stop accepting what only it signs")
     k.add_argument("namespace", help="the key's namespace")
     k.add_argument("key_id", help="its id (`key list`)")
-    _store_args(k, init=False)
+    store_args(k, init=False)
     k.set_defaults(func=_key_revoke)
 
 
-def open_store(args: argparse.Namespace):
-    """The hub's accounts store named by the command line (`--data`); refuses a folder without a hub unless --init."""
+def hub_exists(args: argparse.Namespace) -> bool:
+    """Whether the database the options name holds a hub (a SQLite file, or a database with the hub's schema)."""
+    from registry.hub.storage import db, schema
+
+    if args.db:
+        engine = db.connect(args.db, prepare=False)
+        try:
+            with engine.connect() as conn:
+                return schema.current(conn) is not None
+        finally:
+            engine.dispose()
+    if args.data:
+        return (args.data / db.DB_FILE).is_file()
+    raise UsageError("give --data DIR, or --db URL (or set KERNEL_HUB_DB)")
+
+
+def _require_hub(args: argparse.Namespace, create: bool) -> None:
+    """Refuse a store without a hub unless this command may start one (`serve`, or a create command's --init)."""
+    from registry.hub.storage import db
+
+    if create or hub_exists(args):
+        return
+    where = f"--db {_safe_url(args.db)}" if args.db else f"--data {args.data}"
+    if not getattr(args, "init", False):
+        hint = "pass --init to start a new hub there" if hasattr(args, "init") else "check the path"
+        what = "an empty database" if args.db else f"no {db.DB_FILE}"
+        raise UsageError(f"{where} holds no hub ({what}); {hint}")
+    log.info("starting a new hub in %s", _safe_url(args.db) if args.db else args.data)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)  # hub_exists has parsed it already
+
+
+def open_store(args: argparse.Namespace) -> Accounts:
+    """The hub's accounts store named by the command line (`--data` or `--db`); refuses a store without a hub
+    unless --init. Blobs are not opened: accounts live in the database only."""
     from registry.hub.storage import db
     from registry.hub.storage.accounts import Accounts
 
-    data: Path = args.data
-    if not (data / db.DB_FILE).is_file():
-        if not getattr(args, "init", False):
-            hint = "pass --init to start a new hub there" if hasattr(args, "init") else "check the path"
-            raise UsageError(f"--data {data} holds no hub (no {db.DB_FILE}); {hint}")
-        log.info("starting a new hub in %s", data)
-    return Accounts(db.connect(data))
+    _require_hub(args, create=False)
+    return Accounts(db.connect(args.db or args.data))
+
+
+def open_storage(args: argparse.Namespace, *, create: bool = False) -> Storage:
+    """The hub's whole storage (database + blob store) named by the command line: `serve` (`create`: a new
+    hub may start there), `gc`, `fsck`. Refuses a store without a hub unless `create`."""
+    from registry.hub.storage import open_storage as open_hub_storage
+
+    if args.data is None and not (args.db and args.blobs):
+        raise UsageError("give --data DIR, or both --db URL and --blobs DIR|s3://BUCKET/PREFIX")
+    _require_hub(args, create)
+    return open_hub_storage(args.data, args.db, args.blobs)
 
 
 def _when(epoch: float) -> str:

@@ -1,10 +1,12 @@
-"""`kernel-hub gc` and `kernel-hub fsck`: maintenance of a hub's data folder, safe while it serves."""
+"""`kernel-hub gc` and `kernel-hub fsck`: maintenance of a hub's storage (`--data`, or `--db`/`--blobs` of a
+fleet), safe while it serves."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
+
+from registry.commands.admin import open_storage, store_args
 
 log = logging.getLogger(__name__)
 
@@ -13,7 +15,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "gc", help="remove crashed uploads' temp files, stale publish/* branches and unreferenced blobs"
     )
-    p.add_argument("--data", type=Path, required=True, help="the hub's data directory")
+    store_args(p, init=False)
     p.add_argument(
         "--grace",
         type=float,
@@ -32,29 +34,23 @@ def register(subparsers) -> None:
     p.set_defaults(func=_gc)
 
     f = subparsers.add_parser("fsck", help="re-hash every blob; quarantine damaged ones, report missing ones")
-    f.add_argument("--data", type=Path, required=True, help="the hub's data directory")
+    store_args(f, init=False)
     f.add_argument("--no-quarantine", action="store_true", help="only report damaged blobs")
     f.set_defaults(func=_fsck)
 
 
-def _open(data: Path):
-    from registry.hub.storage import db
-    from registry.hub.storage.blobs import BlobStore
+def _open(args: argparse.Namespace):
+    """The storage of a hub that exists: never creates an empty one (a typo would look like a clean hub)."""
     from registry.hub.storage.repos import RepoStore
 
-    if not (data / "hub.sqlite3").is_file():
-        from registry.errors import UsageError
-
-        raise UsageError(
-            f"{data} is not a hub data directory (no hub.sqlite3); pass the --data of `kernel-hub serve`"
-        )
-    return RepoStore(db.connect(data)), BlobStore(data / "blobs")
+    storage = open_storage(args)
+    return RepoStore(storage.engine), storage.blobs
 
 
 def _gc(args: argparse.Namespace) -> int:
     from registry.hub.maintenance import gc
 
-    store, blobs = _open(args.data)
+    store, blobs = _open(args)
     r = gc(store, blobs, grace_s=args.grace, publish_max_age_s=args.publish_max_age, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(
@@ -69,7 +65,7 @@ def _gc(args: argparse.Namespace) -> int:
 def _fsck(args: argparse.Namespace) -> int:
     from registry.hub.maintenance import fsck
 
-    store, blobs = _open(args.data)
+    store, blobs = _open(args)
     r = fsck(store, blobs, quarantine=not args.no_quarantine)
     print(f"checked {r.checked} blobs: {len(r.damaged)} damaged, {len(r.missing)} referenced but missing")
     for line in r.damaged:

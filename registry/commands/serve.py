@@ -13,8 +13,13 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from registry.commands.admin import hub_exists, open_storage, store_args
 from registry.errors import KernelHubError
+
+if TYPE_CHECKING:
+    from registry.hub.storage import Storage
 
 # The cheapest route every hub answers (huggingface_hub's telemetry probe): our readiness check.
 READY_PATH = "/api/agent-harnesses"
@@ -34,21 +39,24 @@ def free_port() -> int:
 class ServeProcess:
     """`kernel-hub serve` as a child process on a free 127.0.0.1 port (the demo, tests, benchmarks).
 
-    Its output goes to `log_path` (default: `<data>-<port>.log` beside the data folder).
+    Its output goes to `log_path` (default: `<data>-<port>.log` beside the data folder). `data` None: the
+    storage comes from `extra_args` (`--db URL --blobs …`, a fleet replica) and `log_path` is required.
     """
 
     def __init__(
         self,
-        data: Path,
+        data: Path | None,
         *extra_args: str,
         log_path: Path | None = None,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
     ):
-        self.data_dir = Path(data)
+        self.data_dir = Path(data) if data is not None else None
         self.extra_args = list(extra_args)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        if log_path is None and self.data_dir is None:
+            raise ValueError("ServeProcess without a data folder needs a log_path")
         self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}-{self.port}.log"
         self.cwd, self.env = cwd, env
         self.proc: subprocess.Popen | None = None
@@ -65,7 +73,7 @@ class ServeProcess:
             "--port",
             str(self.port),
         ]
-        argv += ["--data", str(self.data_dir), *self.extra_args]
+        argv += [*(["--data", str(self.data_dir)] if self.data_dir else []), *self.extra_args]
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
@@ -111,7 +119,7 @@ def register(subparsers) -> None:
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 = all)"
     )
     p.add_argument("--port", type=int, default=8080, help="TCP port to listen on (default 8080)")
-    p.add_argument("--data", type=Path, required=True, help="data directory (SQLite DB + blobs)")
+    store_args(p, init=False)
     p.add_argument("--public-url", help="absolute base URL clients use (default: from the request Host)")
     p.add_argument("--page-size", type=int, default=1000, help="entries per tree/commits page")
     p.add_argument(
@@ -149,6 +157,12 @@ def register(subparsers) -> None:
         "X-Accel-Redirect and streamed by nginx (docs/SERVING.md)",
     )
     p.add_argument(
+        "--blob-redirect",
+        action="store_true",
+        help="answer file downloads with a 302 to a presigned URL of the S3 store (clients must reach it; "
+        "stock huggingface_hub follows it and keeps its token to itself)",
+    )
+    p.add_argument(
         "--matrix",
         type=Path,
         help="build/matrix.toml whose environments the kernel pages' matrix shows "
@@ -172,15 +186,19 @@ def register(subparsers) -> None:
 SERVE_ARGS_ENV = "KERNEL_HUB_SERVE_ARGS"  # how `serve` hands its options to every worker process
 
 
-def startup_lines(args: argparse.Namespace, new: bool) -> list[str]:
+def startup_lines(args: argparse.Namespace, new: bool, storage: Storage) -> list[str]:
     """What `serve` says before it listens: where, what it serves from, how it logs."""
     from registry.hub.storage import db
 
-    data = args.data.resolve()
     url = f"http://{args.host}:{args.port}"
     lines = [f"kernel-hub serve: {url}" + (f" (public URL {args.public_url})" if args.public_url else "")]
-    lines.append(f"  data:    {data} ({'new hub' if new else 'existing hub'})")
-    lines.append(f"  storage: SQLite {data / db.DB_FILE} (WAL), blobs in {data / 'blobs'}")
+    hub = "new hub" if new else "existing hub"
+    if args.db or args.blobs:  # a fleet replica (or a split setup): nothing of it is under --data
+        lines.append(f"  storage: {storage.describe()} ({hub})")
+    else:
+        data = args.data.resolve()
+        lines.append(f"  data:    {data} ({hub})")
+        lines.append(f"  storage: SQLite {data / db.DB_FILE} (WAL), blobs in {data / 'blobs'}")
     if args.no_extensions:
         lines.append("  API:     Hugging Face Hub routes only (--no-extensions)")
     quiet = args.log_level in ("warning", "error")
@@ -192,12 +210,18 @@ def startup_lines(args: argparse.Namespace, new: bool) -> list[str]:
 
 def _serve(args: argparse.Namespace) -> int:
     from registry.hub.server import run
-    from registry.hub.storage import db
 
-    new = not (args.data / db.DB_FILE).is_file()
+    # Open the storage once here, so a bad option, an unreachable store or an old schema is one clear line
+    # before any worker starts (SQLite is also upgraded here, once, not by every worker).
+    new = not hub_exists(args)
+    storage = open_storage(args, create=True)
+    storage.engine.dispose()
     os.environ[SERVE_ARGS_ENV] = json.dumps(
         {
-            "data": str(args.data),
+            "data": str(args.data) if args.data else None,
+            "db": args.db,
+            "blobs": args.blobs,
+            "blob_redirect": args.blob_redirect,
             "public_url": args.public_url,
             "page_size": args.page_size,
             "lfs_threshold": args.lfs_threshold,
@@ -210,7 +234,7 @@ def _serve(args: argparse.Namespace) -> int:
             "hub_log_level": args.log_level.upper(),  # registry.hub: the access log is INFO
         }
     )
-    print("\n".join(startup_lines(args, new)), flush=True)
+    print("\n".join(startup_lines(args, new, storage)), flush=True)
     run(
         f"{__name__}:app_from_env",
         host=args.host,
@@ -227,6 +251,7 @@ def app_from_env():
     """The app of one worker process, from the options `serve` put in the environment."""
     from registry.cli import setup_logging
     from registry.hub.app import create_app
+    from registry.hub.storage import open_storage
     from registry.hub.web import HubConfig
     from registry.matrix.files import MatrixSection
 
@@ -242,6 +267,9 @@ def app_from_env():
         accel_prefix=opts["accel_prefix"],
         body_timeout_s=opts["body_timeout_s"],
         extension_routes=opts["extension_routes"],
+        blob_redirect=opts["blob_redirect"],
     )
     matrix = Path(opts["matrix"]) if opts["matrix"] else None
-    return create_app(Path(opts["data"]), config=config, extensions=[MatrixSection(matrix)])
+    data = Path(opts["data"]) if opts["data"] else None
+    storage = open_storage(data, opts["db"], opts["blobs"])
+    return create_app(config=config, extensions=[MatrixSection(matrix)], storage=storage)

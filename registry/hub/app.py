@@ -28,9 +28,9 @@ from .access_log import AccessLog
 from .errors import HubError
 from .pages import PageSection
 from .routing import find, split_raw_path
-from .storage import db
+from .storage import Storage, open_storage
 from .storage.accounts import Accounts
-from .storage.blobs import BlobStore
+from .storage.errors import unavailable
 from .storage.repos import RepoStore
 from .web import Call, Hub, HubConfig, error_response
 
@@ -59,14 +59,12 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 STAGING_MAX_AGE_S = 24 * 3600
 
 
-def open_hub(
-    data_dir: Path, config: HubConfig, db_url: str | None = None, extensions: Sequence[PageSection] = ()
-) -> Hub:
-    engine = db.connect(db_url or data_dir)
-    accounts = Accounts(engine)
-    blobs = BlobStore(Path(data_dir) / "blobs")
-    blobs.clean_staging(STAGING_MAX_AGE_S)  # start-up recovery: temp files of crashed processes
-    return Hub(RepoStore(engine), accounts, blobs, config, accounts.secret(), tuple(extensions))
+def open_hub(storage: Storage, config: HubConfig, extensions: Sequence[PageSection] = ()) -> Hub:
+    accounts = Accounts(storage.engine)
+    storage.blobs.clean_staging(STAGING_MAX_AGE_S)  # start-up recovery: temp files of crashed processes
+    return Hub(
+        RepoStore(storage.engine), accounts, storage.blobs, config, accounts.secret(), tuple(extensions)
+    )
 
 
 class HubApp:
@@ -120,7 +118,12 @@ class HubApp:
             return error_response(e)
         except ClientDisconnect:
             raise
-        except Exception:
+        except Exception as e:
+            if (outage := unavailable(e)) is not None:
+                log.warning(
+                    "storage unavailable %s on %s %s: %s", request_id, request.method, _path(request), e
+                )
+                return error_response(outage)
             log.exception("internal error %s on %s %s", request_id, request.method, _path(request))
             return error_response(
                 HubError("Internal", f"internal server error {request_id}; see the hub log")
@@ -149,14 +152,16 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 
 def create_app(
-    data_dir: Path,
+    data_dir: Path | None = None,
     public_url: str | None = None,
     config: HubConfig | None = None,
     extensions: Sequence[PageSection] = (),
+    *,
+    storage: Storage | None = None,
 ) -> AccessLog:
-    """The hub as an ASGI app (one log line per request, `access_log`); `extensions` are HTML blocks its kernel
-    pages show under each version."""
+    """The hub as an ASGI app on `storage` (default: the embedded one under `data_dir`), one log line per request
+    (`access_log`); `extensions` are HTML blocks its kernel pages show under each version."""
     cfg = config or HubConfig()
     if public_url:
         cfg = replace(cfg, public_url=public_url)
-    return AccessLog(HubApp(open_hub(Path(data_dir), cfg, extensions=extensions)))
+    return AccessLog(HubApp(open_hub(storage or open_storage(Path(data_dir)), cfg, extensions=extensions)))

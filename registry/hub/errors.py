@@ -34,6 +34,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "Internal": (500, "InternalError"),
     "BlobDamaged": (500, "BlobDamaged"),
     "XetNotSupported": (501, "XetNotSupported"),
+    "StorageUnavailable": (503, "StorageUnavailable"),
 }
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 import os
 from urllib.parse import parse_qs, quote
 
-from starlette.responses import FileResponse, MalformedRangeHeader, RangeNotSatisfiable, Response
+from starlette.responses import (
+    FileResponse,
+    MalformedRangeHeader,
+    RangeNotSatisfiable,
+    Response,
+    StreamingResponse,
+)
 
 from . import manifest as mf
 from .errors import HubError
@@ -123,6 +129,8 @@ def resolve_file(call: Call):
     if_range = call.request.headers.get("if-range")
     if if_range is None or if_range == etag:
         BlobResponse.check_range(call.request.headers.get("range"), entry.size)
+    if stat.path is None:
+        return _object_response(call, entry, headers, if_range in (None, etag))
     prefix = call.hub.config.accel_prefix
     if (
         prefix
@@ -145,6 +153,39 @@ def resolve_file(call: Call):
         media_type="application/octet-stream",
         stat_result=os.stat(stat.path),
     )
+
+
+REDIRECT_TTL_S = 3600  # a presigned URL outlives slow downloads, and names one immutable blob anyway
+
+
+def _object_response(call: Call, entry, headers: dict, range_applies: bool) -> Response:
+    """A blob without a local file (an object store): one ranged GET streamed through in chunks, or with
+    `--blob-redirect` a 302 to a presigned URL (HEAD is always answered here, with the usual headers)."""
+    headers = {**headers, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+    start, end, status = 0, entry.size - 1, 200
+    header = call.request.headers.get("range")
+    ranges = BlobResponse._parse_range_header(header, entry.size) if header and range_applies else []
+    if len(ranges) == 1:  # several ranges: the whole file, as RFC 9110 allows
+        (start, stop), status = ranges[0], 206
+        end = stop - 1
+        headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
+    if call.request.method == "GET" and call.hub.config.blob_redirect:
+        url = call.hub.blobs.presign(entry.sha256, REDIRECT_TTL_S)
+        if url:  # the client fetches the bytes (and its Range) from the object store itself
+            moved = {k: v for k, v in headers.items() if not k.startswith("Content-")}
+            return Response(b"", status_code=302, headers={**moved, "Location": url})
+    headers["Content-Length"] = str(end - start + 1)
+    if call.request.method == "HEAD":
+        return Response(b"", status_code=status, headers=headers)
+    reader = call.hub.blobs.open(
+        entry.sha256, start, end
+    )  # before the answer: an outage is a 503, not a cut 200
+    return StreamingResponse(_stream(reader), status_code=status, headers=headers)
+
+
+def _stream(reader):
+    with reader:
+        yield from reader
 
 
 RESOLVE = "{rev}/{path:path}"

@@ -4,8 +4,9 @@ gc: (1) removes temp files of dead processes; (2) deletes `publish/*` branches w
 than `publish_max_age_s` (interrupted publishes; by compare-and-swap, so a publish that moves its
 branch meanwhile keeps it); (3) deletes blobs no commit and no LFS grant references, once untouched
 for `grace_s`. The blob listing is taken before the reference query, and each delete is re-decided
-by the blob store at the moment of deletion (`BlobStore.remove_unused`), so a blob a request is about
-to commit survives (a `promote` refreshes it), and several replicas and gc runs may overlap.
+under the blob's lease lock at the moment of deletion (`Leases.sweep`, docs/CONTRACTS.md "Blob store"),
+so a blob a request is about to commit survives (its `promote` leased it), on one machine or a fleet of
+replicas on PostgreSQL + S3, and several gc runs may overlap.
 
 fsck: re-hashes every blob; a blob whose bytes do not hash to its name, or whose size differs from the
 size the commits record, is quarantined; referenced blobs that are absent are reported.
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 
 from .blobcheck import sha256_of
 from .errors import HubError
-from .storage.blobs import BlobStore
+from .storage.blobs import BlobMissing, BlobStore
+from .storage.leases import Leases
 from .storage.repos import RepoStore
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ def gc(
                 log.info("kept %s@%s: %s", repo.repo_id, branch, e.message)
                 continue
         report.branches.append(f"{repo.repo_id}@{branch}")
+    leases = Leases(store.engine)
     listed = list(blobs.iter_blobs())  # before the references: a blob committed later is newer anyway
     referenced = store.referenced_blobs()
     cutoff = now - grace_s
@@ -69,9 +72,11 @@ def gc(
         if b.mtime >= cutoff:
             report.kept_recent += 1
             continue
-        if dry_run or blobs.remove_unused(b.sha256, cutoff):
+        if dry_run or leases.sweep(blobs, b.sha256, grace_s):
             report.blobs += 1
             report.blob_bytes += b.size
+    if not dry_run:
+        leases.expire(grace_s)
     log.info(
         "gc%s: %d temp files, %d publish branches, %d unreferenced blobs (%d bytes); %d kept within the grace",
         " (dry run)" if dry_run else "",
@@ -109,7 +114,7 @@ def fsck(store: RepoStore, blobs: BlobStore, quarantine: bool = True) -> FsckRep
         else:
             try:
                 actual = sha256_of(blobs, b.sha256)
-            except FileNotFoundError:
+            except (FileNotFoundError, BlobMissing):
                 continue  # deleted meanwhile (gc)
             if actual != b.sha256:
                 why = f"its bytes hash to {actual}"

@@ -40,6 +40,7 @@ class HubConfig:
     accel_prefix: str | None = (
         None  # nginx internal location of the blobs (X-Accel-Redirect); None: serve them here
     )
+    blob_redirect: bool = False  # GET of a file: 302 to a presigned object-store URL where the store has one
 
 
 # After this much past the limit, a too-large body is cut (413 + Connection: close) instead of drained.

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import io
 import os
+import sqlite3
 import threading
 import time
 
@@ -29,9 +30,14 @@ def blob(hub: HubProcess, data: bytes):
     return hub.data_dir / "blobs" / "sha256" / sha[:2] / sha
 
 
-def age(path, seconds: float) -> None:
+def age(hub: HubProcess, data: bytes, seconds: float) -> None:
+    """Make a stored blob look written `seconds` ago: its file and its writer's lease (storage/leases.py)."""
     t = time.time() - seconds
-    os.utime(path, (t, t))
+    os.utime(blob(hub, data), (t, t))
+    with contextlib.closing(sqlite3.connect(hub.data_dir / "hub.sqlite3", timeout=30)) as db, db:
+        db.execute(
+            "UPDATE blob_leases SET taken_at = ? WHERE sha256 = ?", (t, hashlib.sha256(data).hexdigest())
+        )
 
 
 @pytest.fixture
@@ -51,7 +57,7 @@ def test_gc_removes_only_unreferenced_blobs_past_the_grace(gc_hub):
         api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id="gcu/gone", repo_type="kernel")
     api.delete_repo("gcu/gone", repo_type="kernel")  # its blobs are referenced by nothing now
     for data in (kept, orphan):
-        age(blob(hub, data), 7200)
+        age(hub, data, 7200)
 
     rc, out = run_cli("gc", "--data", str(hub.data_dir), "--dry-run")
     assert rc == 0 and "would remove" in out and "1 unreferenced blobs (600 bytes)" in out
@@ -88,7 +94,7 @@ def test_gc_while_publishers_reupload_the_same_bytes_loses_nothing(gc_hub):
         api.upload_file(path_or_fileobj=data, path_in_repo=f"{i}.bin", repo_id="gcu/tmp", repo_type="kernel")
     api.delete_repo("gcu/tmp", repo_type="kernel")
     for data in payloads:
-        age(blob(hub, data), 7200)
+        age(hub, data, 7200)
     stop = threading.Event()
 
     def collect():

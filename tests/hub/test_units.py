@@ -13,8 +13,8 @@ from registry.hub import validate
 from registry.hub.errors import HubError
 from registry.hub.files import BlobResponse
 from registry.hub.routing import match, split_raw_path
-from registry.hub.storage import db
-from registry.hub.storage.blobs import BlobStore, git_blob_sha1
+from registry.hub.storage import open_storage
+from registry.hub.storage.blobs import git_blob_sha1
 from registry.hub.storage.repos import RepoStore
 
 
@@ -106,8 +106,8 @@ def test_apply_ops_checks_deletions_and_clashes():
 
 
 def test_concurrent_commits_all_land_through_cas(tmp_path):
-    store = RepoStore(db.connect(tmp_path))
-    blobs = BlobStore(tmp_path / "blobs")
+    storage = open_storage(tmp_path)
+    store, blobs = RepoStore(storage.engine), storage.blobs
     repo = store.create("kernel", "ns", "k", False, "u")
     errors = []
 

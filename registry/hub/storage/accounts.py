@@ -210,9 +210,14 @@ class Accounts:
     # --- server secret -------------------------------------------------------------------------------
     def secret(self) -> bytes:
         """The HMAC key for signed LFS upload URLs, shared by every process on this database."""
-        with db.write_tx(self.engine) as c:
-            value = c.execute(select(db.settings.c.value).where(db.settings.c.key == "lfs_secret")).scalar()
-            if value is None:
-                value = secrets.token_hex(32)
-                c.execute(insert(db.settings).values(key="lfs_secret", value=value))
+        query = select(db.settings.c.value).where(db.settings.c.key == "lfs_secret")
+        try:
+            with db.write_tx(self.engine) as c:
+                value = c.execute(query).scalar()
+                if value is None:
+                    value = secrets.token_hex(32)
+                    c.execute(insert(db.settings).values(key="lfs_secret", value=value))
+        except IntegrityError:  # another replica starting at the same moment made it first: use that one
+            with db.read_tx(self.engine) as c:
+                value = c.execute(query).scalar()
         return bytes.fromhex(value)

@@ -1,20 +1,26 @@
-"""Metadata schema and engine: SQLAlchemy Core tables, SQLite (WAL) by default.
+"""Metadata schema and engine: SQLAlchemy Core tables, SQLite (WAL) by default, or PostgreSQL (`--db URL`).
 
-Only portable Core constructs are used so a PostgreSQL URL can replace the SQLite file. The SQLite
-tweaks (WAL, busy timeout, `BEGIN IMMEDIATE` for write transactions) live in `connect`.
+Only portable Core constructs are used, so one schema serves both. The tables are created and upgraded by the
+Alembic history in `migrations/` (schema.py); a change here needs a new revision there
+(tests/hub/test_migrations.py holds both equal). The SQLite tweaks (WAL, busy timeout, `BEGIN IMMEDIATE` for
+write transactions) and the PostgreSQL pool settings live in `connect`.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Engine,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -24,6 +30,8 @@ from sqlalchemy import (
     create_engine,
     event,
 )
+
+from registry.errors import UsageError
 
 metadata = MetaData()
 
@@ -60,9 +68,10 @@ files = Table(
     Column("commit_id", String(40), primary_key=True),
     Column("path", String(1024), primary_key=True),
     Column("sha256", String(64), nullable=False),
-    Column("size", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),
     Column("oid", String(64), nullable=False),  # git blob sha1 (regular) or sha256 (LFS): the ETag
     Column("lfs", Boolean, nullable=False),
+    Index("ix_files_sha256", "sha256"),  # gc asks whether any commit references a blob
 )
 
 refs = Table(
@@ -80,7 +89,8 @@ lfs_objects = Table(
     metadata,
     Column("repo_id", Integer, primary_key=True),
     Column("oid", String(64), primary_key=True),
-    Column("size", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Index("ix_lfs_objects_oid", "oid"),
 )
 
 tokens = Table(
@@ -116,6 +126,14 @@ keys = Table(
     Column("created_at", Float, nullable=False),
 )
 
+# Writers lease a blob before they store or rely on it; gc deletes only unleased ones (leases.py).
+blob_leases = Table(
+    "blob_leases",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("taken_at", Float, nullable=False),
+)
+
 settings = Table(
     "settings",
     metadata,
@@ -127,16 +145,33 @@ settings = Table(
 DB_FILE = "hub.sqlite3"  # the SQLite database inside a data directory
 
 
-def connect(url_or_dir: str | Path) -> Engine:
-    """An engine for a database URL, or for `<dir>/hub.sqlite3` when given a data directory."""
+def connect(url_or_dir: str | Path, prepare: bool = True) -> Engine:
+    """An engine for a database URL, or for `<dir>/hub.sqlite3` when given a data directory.
+
+    With `prepare`, the schema is made ready (schema.prepare: created when empty, SQLite upgraded, an older
+    PostgreSQL schema refused with the `kernel-hub db upgrade` advice).
+    """
     url = str(url_or_dir)
     if "://" not in url:
         Path(url).mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{Path(url).resolve() / DB_FILE}"
-    engine = create_engine(url)
-    if engine.dialect.name == "sqlite":
+    url = re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)  # the driver kernel-hub installs
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
         _tune_sqlite(engine)
-    metadata.create_all(engine)
+    else:
+        # A replica outlives database restarts: stale pooled connections are detected before use, and an
+        # unreachable server fails the request within seconds (a 503) instead of hanging it.
+        if url.startswith("postgresql+psycopg:") and importlib.util.find_spec("psycopg") is None:
+            raise UsageError("a PostgreSQL --db needs psycopg: pip install 'kernel-hub[fleet]'")
+        engine = create_engine(
+            url, pool_pre_ping=True, pool_size=10, max_overflow=30, pool_timeout=10,
+            connect_args={"connect_timeout": 3} if url.startswith("postgresql+psycopg:") else {},
+        )  # fmt: skip
+    if prepare:
+        from .schema import prepare as prepare_schema
+
+        prepare_schema(engine)
     return engine
 
 
