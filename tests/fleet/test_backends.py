@@ -5,6 +5,7 @@ protocol on SQLite and PostgreSQL, the Alembic history on both, `kernel-hub db u
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -218,5 +219,53 @@ def test_presigned_redirect_is_followed_by_stock_huggingface_hub(fleet, monkeypa
         assert ranged.status_code == 206 and ranged.content == data[10:20]
         point_clients_at(monkeypatch, replica.url, tmp_path)
         assert Path(hf_hub_download("redir/m", "w.bin", token=token)).read_bytes() == data
+    finally:
+        replica.stop()
+
+
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+
+
+def test_a_replica_streams_big_blobs_both_ways_without_holding_them(fleet, tmp_path):
+    """64 MiB up (LFS PUT, spooled to an unlinked temp file, multipart to S3) and down (ranged GET streamed in
+    1 MiB chunks): the replica's peak memory grows by far less than the file."""
+    replica = ServeProcess(
+        None, *fleet.storage_args, log_path=tmp_path / "r.log", cwd=REPO_ROOT, env=fleet.env
+    )
+    replica.start(timeout_s=90)
+    try:
+        token = fleet.token("stream")
+        auth = {"authorization": f"Bearer {token}"}
+        HfApi(endpoint=replica.url, token=token).create_repo("stream/m")
+        data = os.urandom(64 * 1024 * 1024)
+        sha = hashlib.sha256(data).hexdigest()
+        base = _peak_rss_mib(replica.proc.pid)
+        batch = httpx2.post(
+            f"{replica.url}/stream/m.git/info/lfs/objects/batch",
+            json={"operation": "upload", "objects": [{"oid": sha, "size": len(data)}]},
+            headers=auth,
+        ).json()
+        href = batch["objects"][0]["actions"]["upload"]["href"]
+        chunks = (data[i : i + 1024 * 1024] for i in range(0, len(data), 1024 * 1024))
+        assert httpx2.put(href, content=chunks, timeout=120).status_code == 200
+        line = {
+            "key": "lfsFile",
+            "value": {"path": "big.bin", "algo": "sha256", "oid": sha, "size": len(data)},
+        }
+        body = json.dumps({"key": "header", "value": {"summary": "big"}}) + "\n" + json.dumps(line)
+        assert httpx2.post(
+            f"{replica.url}/api/models/stream/m/commit/main", content=body, headers=auth
+        ).is_success
+        got = hashlib.sha256()
+        with httpx2.stream(
+            "GET", f"{replica.url}/stream/m/resolve/main/big.bin", headers=auth, timeout=120
+        ) as r:
+            for chunk in r.iter_bytes():
+                got.update(chunk)
+        assert got.hexdigest() == sha
+        grew = _peak_rss_mib(replica.proc.pid) - base
+        assert grew < 24, f"the replica's peak memory grew by {grew:.0f} MiB moving a 64 MiB file"
     finally:
         replica.stop()
