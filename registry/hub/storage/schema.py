@@ -71,8 +71,8 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
                 command.stamp(cfg, BASELINE)
             command.upgrade(cfg, "head")
             after = current(conn)
-    if before != after:
-        log.info("database schema upgraded from %s to %s", before or "empty", after)
+    if before is not None and before != after:  # a new hub's schema is no news: its command says "new hub"
+        log.info("database schema upgraded from %s to %s", before, after)
     return before, after
 
 
