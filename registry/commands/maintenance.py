@@ -7,6 +7,7 @@ import argparse
 import logging
 
 from registry.commands.admin import open_storage, store_args
+from registry.spec import names
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +27,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--publish-max-age",
         type=float,
-        default=24 * 3600.0,
+        default=names.STALE_PUBLISH_S,
         metavar="S",
-        help="delete publish/* branches whose head is older than S seconds (interrupted publishes)",
+        help="delete the temporary branches (publish/<start>-<rand>) of publishes that started over S seconds ago "
+        f"(interrupted ones; default {names.STALE_PUBLISH_S:g}, the publisher's own rule)",
     )
     p.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
     p.set_defaults(func=_gc)

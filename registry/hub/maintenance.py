@@ -1,8 +1,9 @@
 """`kernel-hub gc` and `kernel-hub fsck`: safe while the hub serves (docs/SERVING.md "Maintenance").
 
-gc: (1) removes temp files of dead processes; (2) deletes `publish/*` branches whose head is older
-than `publish_max_age_s` (interrupted publishes; by compare-and-swap, so a publish that moves its
-branch meanwhile keeps it); (3) deletes blobs no commit and no LFS grant references, once untouched
+gc: (1) removes temp files of dead processes; (2) deletes `publish/<start>-<rand>` branches of publishes that
+started over `publish_max_age_s` ago (interrupted ones; the start time is in the name, `spec.names`: the head
+commit is the old vN's until the upload lands, so its age says nothing; by compare-and-swap, so a publish that
+moves its branch meanwhile keeps it); (3) deletes blobs no commit and no LFS grant references, once untouched
 for `grace_s`. The blob listing is taken before the reference query, and each delete is re-decided
 under the blob's lease lock at the moment of deletion (`Leases.sweep`, docs/CONTRACTS.md "Blob store"),
 so a blob a request is about to commit survives (its `promote` leased it), on one machine or a fleet of
@@ -18,6 +19,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from registry.spec import names
+
 from .blobcheck import sha256_of
 from .errors import HubError
 from .storage.blobs import BlobMissing, BlobStore
@@ -26,9 +29,7 @@ from .storage.repos import RepoStore
 
 log = logging.getLogger(__name__)
 
-PUBLISH_PREFIX = "publish/"  # the publisher's temp branches (registry/publisher/publish.py)
 GRACE_S = 3600.0  # longer than any request: a staged blob is committed well within it
-PUBLISH_MAX_AGE_S = 24 * 3600.0
 
 
 @dataclass
@@ -44,7 +45,7 @@ def gc(
     store: RepoStore,
     blobs: BlobStore,
     grace_s: float = GRACE_S,
-    publish_max_age_s: float = PUBLISH_MAX_AGE_S,
+    publish_max_age_s: float = names.STALE_PUBLISH_S,
     dry_run: bool = False,
 ) -> GcReport:
     """One garbage collection pass (see the module docstring); `dry_run` only reports."""
@@ -52,8 +53,8 @@ def gc(
     now = time.time()
     if not dry_run:
         report.temp_files = blobs.clean_staging(grace_s)
-    for repo, branch, head, head_time in store.branches_with_prefix(PUBLISH_PREFIX):
-        if head_time >= now - publish_max_age_s:
+    for repo, branch, head in store.branches_with_prefix(names.PUBLISH_BRANCH_PREFIX):
+        if (names.publish_branch_started(branch) or 0.0) >= now - publish_max_age_s:
             continue
         if not dry_run:
             try:

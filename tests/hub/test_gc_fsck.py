@@ -15,6 +15,7 @@ import pytest
 from huggingface_hub import HfApi
 
 from registry.cli import main
+from registry.spec import names
 from tests.conftest import HubProcess
 
 
@@ -71,16 +72,22 @@ def test_gc_removes_only_unreferenced_blobs_past_the_grace(gc_hub):
 
 
 def test_gc_removes_stale_publish_branches_only(gc_hub):
+    """A publish branch's age is its name's start time (spec.names), not its head's: a live publish's branch
+    points at the old vN's head, which may be months old."""
     hub, api = gc_hub
     api.create_repo("gcu/pub", repo_type="kernel")
-    api.create_branch("gcu/pub", branch="publish/0123abcd", repo_type="kernel")
-    api.create_branch("gcu/pub", branch="feature", repo_type="kernel")
+    live = names.publish_branch(time.time() - 60, "live01")
+    dead = names.publish_branch(time.time() - 2 * names.STALE_PUBLISH_S, "dead01")
+    for branch in (live, dead, "publish/0123abcd", "feature"):  # publish/<hex>: an older publisher's, stale
+        api.create_branch("gcu/pub", branch=branch, repo_type="kernel")
     rc, out = run_cli("gc", "--data", str(hub.data_dir))
-    assert "0 publish branches" in out  # younger than a day: a publish may be running
+    assert rc == 0 and "2 publish branches" in out and "gcu/pub@publish/0123abcd" in out and dead in out, out
+    branches = {b.name for b in api.list_repo_refs("gcu/pub", repo_type="kernel").branches}
+    assert branches == {"main", "feature", live}
     rc, out = run_cli("gc", "--data", str(hub.data_dir), "--publish-max-age", "0")
-    assert rc == 0 and "gcu/pub@publish/0123abcd" in out
-    names = {b.name for b in api.list_repo_refs("gcu/pub", repo_type="kernel").branches}
-    assert names == {"main", "feature"}
+    assert rc == 0 and f"gcu/pub@{live}" in out
+    branches = {b.name for b in api.list_repo_refs("gcu/pub", repo_type="kernel").branches}
+    assert branches == {"main", "feature"}
 
 
 def test_gc_while_publishers_reupload_the_same_bytes_loses_nothing(gc_hub):

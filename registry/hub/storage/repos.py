@@ -182,24 +182,15 @@ class RepoStore:
         if n != 1:
             raise HubError("RevisionNotFound", f"{kind} {name!r} does not exist in {repo.repo_id}")
 
-    def branches_with_prefix(self, prefix: str) -> list[tuple[Repo, str, str, float]]:
-        """(repo, branch, head commit, head commit time) of every branch whose name starts with `prefix`."""
+    def branches_with_prefix(self, prefix: str) -> list[tuple[Repo, str, str]]:
+        """(repo, branch, head commit) of every branch whose name starts with `prefix`."""
         with db.read_tx(self.engine) as c:
             rows = c.execute(
-                select(
-                    db.repos,
-                    db.refs.c.name.label("ref_name"),
-                    db.refs.c.commit_id,
-                    db.commits.c.created_at.label("head_time"),
-                )
+                select(db.repos, db.refs.c.name.label("ref_name"), db.refs.c.commit_id)
                 .join(db.refs, db.refs.c.repo_id == db.repos.c.id)
-                .join(
-                    db.commits,
-                    (db.commits.c.repo_id == db.refs.c.repo_id) & (db.commits.c.id == db.refs.c.commit_id),
-                )
                 .where(db.refs.c.kind == "branch", db.refs.c.name.startswith(prefix, autoescape=True))
             ).all()
-        return [(_repo(r), r.ref_name, r.commit_id, r.head_time) for r in rows]
+        return [(_repo(r), r.ref_name, r.commit_id) for r in rows]
 
     def referenced_blobs(self) -> set[str]:
         """Every sha256 a commit of any repo or an LFS grant names: what gc must keep."""
