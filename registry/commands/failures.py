@@ -37,6 +37,14 @@ def describe(e: BaseException) -> tuple[str, int]:
         return _one_line(str(e)), e.exit_code
     if isinstance(e, KeyboardInterrupt):
         return "interrupted", INTERRUPTED_EXIT
+    from registry.hub.storage.errors import unavailable
+
+    if (outage := unavailable(e)) is not None:  # --db / --blobs of a server that does not answer
+        said = _one_line(outage.message).removesuffix("; retry in a few seconds")
+        return (
+            f"{said}; check that it runs and that --db / --blobs (or $KERNEL_HUB_DB / AWS_*) point at it",
+            1,
+        )
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 

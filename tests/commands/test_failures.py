@@ -41,3 +41,17 @@ def test_traceback_only_with_debug(tmp_path):
     code, err = _run("--debug", *argv)
     assert code == 2 and "Traceback (most recent call last)" in err
     assert err.strip().splitlines()[-1].startswith("kernel-hub token: --data ")
+
+
+def test_a_database_that_does_not_answer_is_named(tmp_path):
+    from registry.commands.serve import free_port
+
+    url = f"postgresql+psycopg://hub:secret@127.0.0.1:{free_port()}/hub"  # nothing listens there
+    for argv in (["token", "list", "--db", url], ["gc", "--db", url, "--blobs", str(tmp_path)]):
+        code, err = _run(*argv)
+        assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"kernel-hub {argv[0]}: the hub's database is unavailable (connection failed")
+        assert err.rstrip().endswith(
+            "check that it runs and that --db / --blobs (or $KERNEL_HUB_DB / AWS_*) point at it"
+        )
+        assert "secret" not in err
