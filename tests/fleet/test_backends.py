@@ -33,13 +33,13 @@ GRACE_S = 1.0
 
 
 @pytest.fixture(params=["sqlite+files", "postgresql+s3"])
-def storage(request, fleet, tmp_path):
+def storage(request, fleet, tmp_path, monkeypatch):
     """A fresh database and blob store of one kind (the servers are the fleet's)."""
     if request.param == "sqlite+files":
         return open_storage(tmp_path)
     name = f"t{uuid.uuid4().hex[:10]}"
     for k, v in fleet.s3.env.items():
-        os.environ[k] = v  # read by the S3 store, as a replica would
+        monkeypatch.setenv(k, v)  # read by the S3 store, as a replica would
     return open_storage(db=fleet.pg.create_database(name), blobs=f"s3://{fleet.s3.bucket(name)}/p")
 
 
@@ -190,6 +190,29 @@ def test_db_upgrade_command_and_replicas_refuse_an_older_postgres_schema(fleet, 
     assert again.stdout.strip() == f"schema {schema.head()} (already newest)"
     token = _cli("token", "create", "--user", "admin", "--db", url)  # admin commands take --db
     assert token.returncode == 0 and token.stdout.startswith("hf_")
+
+
+def test_admin_commands_refuse_an_empty_database_unless_init(fleet):
+    """As with a mistyped --data: a --db without the hub's schema is not silently made a new hub."""
+    url = fleet.pg.create_database(f"e{uuid.uuid4().hex[:10]}")
+    listed = _cli("token", "list", "--db", url)
+    assert listed.returncode == 2
+    assert (
+        listed.stderr.strip()
+        == f"kernel-hub token: --db {url} holds no hub (an empty database); check the path"
+    )
+    refused = _cli("gc", "--db", url, "--blobs", "s3://kernel-hub/none")
+    assert refused.returncode == 2 and "holds no hub (an empty database)" in refused.stderr
+    made = _cli("token", "create", "--user", "admin", "--db", url, "--init")
+    assert made.returncode == 0 and made.stdout.startswith("hf_"), made.stderr
+    assert _cli("token", "list", "--db", url).stdout.split("\n")[1].split()[1] == "admin"
+
+
+def test_replicas_say_where_their_storage_is(fleet):
+    for i in range(fleet.n):
+        log = (fleet.dir / f"replica-{i}.log").read_text()
+        line = f"  storage: database {fleet.pg.url}, blobs {fleet.blobs} at {fleet.s3.endpoint} ("
+        assert line in log, log[:2000]
 
 
 def test_presigned_redirect_is_followed_by_stock_huggingface_hub(fleet, monkeypatch, tmp_path):
