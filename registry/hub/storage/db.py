@@ -2,7 +2,7 @@
 
 Only portable Core constructs are used, so one schema serves both. The tables are created and upgraded by the
 Alembic history in `migrations/` (schema.py); a change here needs a new revision there
-(tests/hub/test_migrations.py holds both equal). The SQLite tweaks (WAL, busy timeout, `BEGIN IMMEDIATE` for
+(tests/fleet/test_backends.py holds both equal). The SQLite tweaks (WAL, busy timeout, `BEGIN IMMEDIATE` for
 write transactions) and the PostgreSQL pool settings live in `connect`.
 """
 
