@@ -33,10 +33,11 @@ GRACE_S = 1.0
 
 
 @pytest.fixture(params=["sqlite+files", "postgresql+s3"])
-def storage(request, fleet, tmp_path, monkeypatch):
-    """A fresh database and blob store of one kind (the servers are the fleet's)."""
+def storage(request, tmp_path, monkeypatch):
+    """A fresh database and blob store of one kind (the servers are the fleet's; the embedded kind needs none)."""
     if request.param == "sqlite+files":
         return open_storage(tmp_path)
+    fleet = request.getfixturevalue("fleet")
     name = f"t{uuid.uuid4().hex[:10]}"
     for k, v in fleet.s3.env.items():
         monkeypatch.setenv(k, v)  # read by the S3 store, as a replica would
@@ -142,8 +143,11 @@ def test_a_writer_racing_gc_for_the_same_blob_never_loses_it(storage):
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
-def test_one_alembic_history_builds_the_models_on_both_databases(kind, fleet, tmp_path):
-    url = str(tmp_path) if kind == "sqlite" else fleet.pg.create_database(f"m{uuid.uuid4().hex[:10]}")
+def test_one_alembic_history_builds_the_models_on_both_databases(kind, request, tmp_path):
+    if kind == "sqlite":
+        url = str(tmp_path)
+    else:
+        url = request.getfixturevalue("fleet").pg.create_database(f"m{uuid.uuid4().hex[:10]}")
     engine = db.connect(url, prepare=False)
     assert schema.upgrade(engine) == (None, schema.head())
     with engine.connect() as c:
