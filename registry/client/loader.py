@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import logging
 import os
 import sys
 import types
@@ -63,6 +64,10 @@ from .trust import (
 )
 
 ALLOW_UNSIGNED_ENV = "KERNEL_HUB_ALLOW_UNSIGNED"
+
+# Progress at INFO (the CLI and the demo show registry.* INFO lines on stderr; a library user sees none
+# unless they configure logging), refusals at INFO too: they are normal outcomes, __kernel_info__ keeps them.
+log = logging.getLogger(__name__)
 
 
 __all__ = ["KernelLoadError", "get_kernel"]
@@ -130,20 +135,40 @@ def get_kernel(
         backend=backend,
     )
     hub, commit, metas = load.hub, load.commit, load.metas
+    where = (
+        "local folder" if load.local is not None else "cache, hub offline" if hub.offline else hub.endpoint
+    )
+    asked = f"v{version}" if version is not None else revision or ("kernels.lock" if lockfile else "main")
+    log.info(
+        "%s %s -> commit %s (%s); variants to try: %s",
+        repo_id,
+        asked,
+        commit[:12],
+        where,
+        ", ".join(load.order) or "none",
+    )
     attempts: list[str] = []
     for name in load.order:
         known_slow = _cached_slow(load, name)
         if known_slow is not None:
             attempts.append(f"{name}: {known_slow.reason()} (cached)")
+            log.info("%s: skipped, %s (cached verdict)", name, known_slow.reason())
             continue
         try:
+            log.info("%s: fetching and verifying", name)
             module, verification = load_variant(load, name)
             reference, api = reference_of(module, metas[name])
+            log.info("%s: checking against the eager reference on %s (check=%s)", name, load.device, check)
             result = _check(load, module, reference, api, name)
+            log.info(
+                "%s: check %s; speed check vs the fallback (speed_check=%s)", name, _said(result), speed_check
+            )
             speed = _speed(load, module, reference, api, name)
         except Refused as e:
             attempts.append(f"{name}: {e}")
+            log.info("%s: refused: %s", name, e)
             continue
+        log.info("%s: serving it (speed check %s)", name, _said(speed))
         verdict = next(v for v in load.resolution.verdicts if v.variant == name)
         module.__kernel_info__ = {
             **load.info,
@@ -162,6 +187,7 @@ def get_kernel(
         return module
 
     reason = "; ".join(attempts) if attempts else load.resolution.fallback_reason
+    log.info("no kernel variant used (%s); fallback=%s", reason, fallback)
     if fallback is None:
         raise KernelLoadError(
             f"{repo_id}@{commit[:12]}: no kernel variant could be used ({reason}) and fallback=None.\n"
@@ -350,9 +376,11 @@ def _fallback(load: _Load, attempts: list[str], reason: str, mode: str) -> types
     module = build_fallback(reference, api, mode, f"{module_name}_{mode}")
     result = None
     if mode == "compile":
+        log.info("fallback-compile (reference from %s): checking torch.compile against eager", name)
         try:
             result = _check(load, module, reference, api, f"fallback-compile:{name}")
         except Refused as e:
+            log.info("fallback-compile refused (%s); using eager", e)
             reason = f"{reason}; compiled fallback refused ({e}), using eager"
             mode, module = "eager", build_fallback(reference, api, "eager", f"{module_name}_eager")
     module.__kernel_info__ = {
@@ -407,6 +435,13 @@ def _speed(load: _Load, module, reference, api: list[str], variant: str) -> Spee
     if result is not None and not result.passed:
         raise Refused(result.reason())
     return result
+
+
+def _said(result: CheckResult | SpeedResult | None) -> str:
+    """One word or two for a progress line: how a check or speed check ended."""
+    if result is None:
+        return "skipped"
+    return "passed (cached)" if result.cached else "passed"
 
 
 def _check_info(result: CheckResult | None, mode: str | None) -> dict:

@@ -43,3 +43,7 @@ def test_demo_runs_the_whole_path_and_shows_the_fallback(tmp_path):
     # progress as plain lines on stderr while it builds and publishes (issue #14)
     assert "[torch-cpu] built _fused_mlp_torch_cpu_" in proc.stderr
     assert "uploading " in proc.stderr and " files of " in proc.stderr
+    # ... and for load and check: which commit, why the fallback, what is checked
+    assert " v1 -> commit " in proc.stderr and "variants to try: " in proc.stderr
+    assert "no kernel variant used (no CUDA device); fallback=compile" in proc.stderr
+    assert "fallback-compile (reference from torch-cpu): checking torch.compile against eager" in proc.stderr

@@ -25,6 +25,17 @@ infos = [registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager
 print(json.dumps(infos))
 """
 US = r"[0-9.]+ µs"
+# One load with the loader's progress lines (INFO, what `kernel-hub demo` shows on stderr) collected.
+LOGGED = """
+import json, logging, registry
+lines = []
+class Collect(logging.Handler):
+    def emit(self, record): lines.append(record.getMessage())
+logger = logging.getLogger("registry.client.loader")
+logger.addHandler(Collect()); logger.setLevel(logging.INFO)
+registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager")
+print(json.dumps(lines))
+"""
 
 
 def test_a_build_as_fast_as_eager_is_served_with_its_timings(hub_env, fused_mlp_v1, run_python):
@@ -39,6 +50,16 @@ def test_a_build_as_fast_as_eager_is_served_with_its_timings(hub_env, fused_mlp_
     # the second load reads both verdicts from the cache files, as another process would
     assert (again["check"]["status"], again["speed"]["status"]) == ("passed (cached)", "passed (cached)")
     assert again["speed"]["cases"] == speed["cases"]
+
+    lines = run_python(LOGGED.format(repo=repo), env)
+    assert lines[0].startswith(f"{repo} v1 -> commit {commit[:12]} (http://127.0.0.1:"), lines
+    assert lines[0].endswith("variants to try: torch-cpu, torch-universal"), lines
+    assert lines[1:] == [
+        "torch-cpu: fetching and verifying",
+        "torch-cpu: checking against the eager reference on cpu (check=once)",
+        "torch-cpu: check passed (cached); speed check vs the fallback (speed_check=once)",
+        "torch-cpu: serving it (speed check passed (cached))",
+    ]
 
 
 def test_a_slower_build_loses_the_speed_check_and_the_fallback_is_served(hub_env, publisher, run_python):
@@ -59,6 +80,14 @@ def test_a_slower_build_loses_the_speed_check_and_the_fallback_is_served(hub_env
     assert re.match(
         r"torch-cpu: slower than eager on cpu: mlp M=128 .* \(cached\); torch-universal: ", again["reason"]
     )
+
+    lines = run_python(LOGGED.format(repo=repo), env)
+    assert re.match(
+        r"torch-cpu: skipped, slower than eager on cpu: mlp M=128 .* \(cached verdict\)", lines[1]
+    )
+    assert lines[-1].startswith("no kernel variant used (torch-cpu: slower than eager") and lines[
+        -1
+    ].endswith("; fallback=eager"), lines
 
     assert (served["source"], served["variant"]) == ("hub", "torch-cpu")
     assert served["speed"] == {"status": "skipped (speed_check=None)"}
