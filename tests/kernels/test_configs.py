@@ -27,16 +27,16 @@ def test_every_table_has_catch_all(tables):
         assert table[-1][0] is None, arch
 
 
-def test_hopper_tables_name_forms_triton_compiles():
-    """Triton 3.6 warp-specializes on sm_90 only with 4 warps and neither the split epilogue nor DUAL (the
-    compile fails otherwise); every Hopper role has a catch-all row."""
+def test_hopper_tables_use_no_warp_specialization():
+    """No shipped Hopper config is warp-specialized: with Triton 3.6 that K loop compiles (4 warps, no split
+    epilogue, no DUAL) but the gate/up kernel wrote NaN on the H200 at every M (2026-12-03), and the GPU
+    tests of the form were removed with it; every Hopper role has a catch-all row."""
     for role, tables in configs.TMA_ROLES.items():
         for arch, table in tables.items():
             assert table[-1][0] is None, (role, arch)
             for _, row in table:
                 for cfg in configs.alternatives(row):
-                    if cfg.warp_spec:
-                        assert cfg.num_warps == 4 and not cfg.epi_split and role != "dual", (role, cfg)
+                    assert not cfg.warp_spec, (role, arch, cfg)
 
 
 def test_fp32_hopper_tiles_fit_shared_memory():

@@ -94,12 +94,12 @@ _T = TmaConfig
 TMA_LINEAR: dict[str, TmaTable] = {
     "sm_90a": ((1024, None), (None, (_T(128, 256, 64, 8, 8, 3), _T(128, 128, 64, 8, 8, 4)))),
 }
+# gate_up: never warp-specialized. On the H200 (Triton 3.6, 2026-12-03) the warp-specialized K loop with two
+# accumulators wrote NaN into thousands of elements at every M (its 133.4 µs at 8192 rows was a wrong
+# result); tests/kernels/test_gpu_hopper.py and bench/check_paths.py catch it. Without it, 128x128 w8 s3:
+# 178.4 µs at 8192x(2x3072)x768, 128x64: 246-352, 128x256 does not fit shared memory.
 TMA_GATE_UP: dict[str, TmaTable] = {
-    "sm_90a": (
-        (256, None),
-        (1024, _T(128, 64, 64, 8, 4, 4, warp_spec=True)),
-        (None, _T(128, 128, 64, 8, 4, 4, warp_spec=True)),
-    ),
+    "sm_90a": ((256, None), (None, _T(128, 128, 64, 8, 8, 3))),
 }
 TMA_DGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}
 TMA_GATED_DGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}

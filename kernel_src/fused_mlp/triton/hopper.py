@@ -94,8 +94,9 @@ def tma_gemm_kernel(
         b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [ldb, 1], [BK, BN])
     else:
         b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [ldb, 1], [BN, BK])
+    # Plane offsets via tl.cast: the JIT passes M=1 as a constexpr (no `.to`), and int64 keeps M x ld exact.
     if DUAL:  # the second product reads A's second plane (the gated dgrad's du after dg)
-        a2_desc = tl.make_tensor_descriptor(a_ptr + M.to(tl.int64) * lda, [M, K], [lda, 1], [BM, BK])
+        a2_desc = tl.make_tensor_descriptor(a_ptr + tl.cast(M, tl.int64) * lda, [M, K], [lda, 1], [BM, BK])
         if B_T:
             b2_desc = tl.make_tensor_descriptor(b2_ptr, [K, N], [ldb2, 1], [BK, BN])
         else:
@@ -113,8 +114,10 @@ def tma_gemm_kernel(
         aux_desc = tl.make_tensor_descriptor(aux_ptr, [M, N], [ld_aux, 1], [BM, EN])
     if EPI == 3:  # (g, u) planes in, (dg, du) planes out
         aux_desc = tl.make_tensor_descriptor(aux_ptr, [M, N], [ld_aux, 1], [BM, EN])
-        u_desc = tl.make_tensor_descriptor(aux_ptr + M.to(tl.int64) * ld_aux, [M, N], [ld_aux, 1], [BM, EN])
-        c2_desc = tl.make_tensor_descriptor(c_ptr + M.to(tl.int64) * ldc, [M, N], [ldc, 1], [BM, EN])
+        u_desc = tl.make_tensor_descriptor(
+            aux_ptr + tl.cast(M, tl.int64) * ld_aux, [M, N], [ld_aux, 1], [BM, EN]
+        )
+        c2_desc = tl.make_tensor_descriptor(c_ptr + tl.cast(M, tl.int64) * ldc, [M, N], [ldc, 1], [BM, EN])
 
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
@@ -225,7 +228,9 @@ def tma_gate_up_kernel(
     u_desc = h_desc
     if STORE_GU:
         g_desc = tl.make_tensor_descriptor(gu_ptr, [M, N], [ld_gu, 1], [BM, EN])
-        u_desc = tl.make_tensor_descriptor(gu_ptr + M.to(tl.int64) * ld_gu, [M, N], [ld_gu, 1], [BM, EN])
+        u_desc = tl.make_tensor_descriptor(
+            gu_ptr + tl.cast(M, tl.int64) * ld_gu, [M, N], [ld_gu, 1], [BM, EN]
+        )
 
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
