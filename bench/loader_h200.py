@@ -5,6 +5,7 @@ Steps, each in a fresh interpreter with its own time limit, the JSON report rewr
 1. `cold`: first-ever load (empty cache): download + verify + check + speed check.
 2. `warm`: the same again (cached check and speed verdicts), `version=1` (refs + trust: a few requests).
 3. `pinned`: `revision=<commit>` of the cached version: no HTTP request at all.
+   `warm_profile`: `warm` again with the CUDA context made first (`cuda_context_s`) and a cProfile of get_kernel.
 4. `bench`: `kernel-hub bench REPO --version 1 --no-compile` (times every variant, records it on `compat`).
 5. `cold_after_bench`: first-ever load again, now ordered by the speed record.
 Per load: seconds for `import torch` and for `get_kernel` alone, HTTP requests (huggingface_hub's client,
@@ -38,9 +39,18 @@ set_client_factory(lambda: httpx2.Client(
     follow_redirects=True, timeout=None))
 import registry
 kw = json.loads(os.environ["LOAD_KWARGS"])
+extra = {}
+if os.environ.get("LOAD_PROFILE") == "1":  # where a warm load's time goes: the CUDA context first, then a profile
+    t0 = time.perf_counter(); torch.empty(1, device="cuda"); extra["cuda_context_s"] = round(time.perf_counter() - t0, 3)
+    import cProfile, io, pstats
+    prof = cProfile.Profile(); prof.enable()
 t0 = time.perf_counter(); m = registry.get_kernel(os.environ["LOAD_REPO"], **kw); t_load = time.perf_counter() - t0
+if extra:
+    prof.disable(); text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(40)
+    extra["profile"] = text.getvalue()[-12000:]
 i = m.__kernel_info__
-print(json.dumps({
+print(json.dumps({**extra,
     "import_torch_s": round(t_torch, 3), "get_kernel_s": round(t_load, 3), "requests": len(seen),
     "request_list": seen, "source": i["source"], "variant": i["variant"], "commit": i["commit"],
     "reason": i["reason"], "order": i["order"], "check": i["check"].get("status"),
@@ -50,8 +60,9 @@ print(json.dumps({
 """
 
 
-def child(repo: str, kwargs: dict, cache: Path, timeout: float) -> dict:
+def child(repo: str, kwargs: dict, cache: Path, timeout: float, profile: bool = False) -> dict:
     env = {**os.environ, "KERNELS_CACHE": str(cache), "LOAD_REPO": repo, "LOAD_KWARGS": json.dumps(kwargs)}
+    env["LOAD_PROFILE"] = "1" if profile else "0"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     t0 = time.perf_counter()
     try:
@@ -121,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     step("warm", child(args.repo, {"version": 1}, work / "cache", 15))
     if first.get("commit"):
         step("pinned", child(args.repo, {"revision": first["commit"]}, work / "cache", 15))
+    step("warm_profile", child(args.repo, {"version": 1}, work / "cache", 15, profile=True))
     step("bench", bench(args.repo, work / "speed.json", work / "bench-cache", args.bench_timeout))
     step("cold_after_bench", child(args.repo, {"version": 1}, work / "cache-2", 30))
     return 0

@@ -11,7 +11,8 @@
 # for the path-table sweep); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
-# MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS). Each stage has a time
+# MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS); MODEL_ROWS: the model
+# stage's batch sizes (default bench_model's 1,16,128,1024; each training row costs ~35 s with compile). Each stage has a time
 # limit (T_TESTS=120 for the two GPU test sessions, run side by side; T_CHECK=40, T_HOST=40, T_PATHS=150,
 # T_OPS=110, T_MODEL=120, T_LOADER=100 + 40 for its publish) and writes its JSON as it goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
 # kernels) in a child process first; a failing one is switched off (FUSED_MLP_CUDA_DISABLE) for the later
@@ -137,6 +138,7 @@ stage_ops() {
 stage_model() {
   log "model tables"
   local args=()
+  [ -n "${MODEL_ROWS:-}" ] && args=(--rows "$MODEL_ROWS")
   [ "$QUICK" = 1 ] && args=(--rows 16,1024 --modes infer --no-compile)
   timeout "$T_MODEL" python3 bench/bench_model.py "${LOAD[@]}" "${args[@]}" --json "$OUT/model.json" \
     || log "bench_model failed or timed out"

@@ -431,7 +431,7 @@ def _speed(load: _Load, module, reference, api: list[str], variant: str) -> Spee
             module, reference, api, device=load.device, key=key, mode=load.speed_check, cache=load.speed_cache
         )
     except SpeedCheckCrashed as e:
-        raise Refused(f"speed check crashed: {e}") from e
+        raise Refused(f"speed check: {e}") from e
     if result is not None and not result.passed:
         raise Refused(result.reason())
     return result

@@ -33,7 +33,29 @@ SPEED_MODES = ("once", "always")
 
 
 class SpeedCheckCrashed(KernelHubError, RuntimeError):
-    """An op raised while being timed."""
+    """An op raised while being timed, or gave a wrong result at a timed shape."""
+
+
+# The speed check's shapes are the real ones (thousands of rows), the check's are small: a kernel whose
+# large-shape path is broken (NaN from a bad tile config, found on the H200) passes the check and must fail
+# here. Kernel and fallback run in the same low precision, so the bound is loose: it catches garbage and
+# non-finite values, the check proper catches subtle errors against float64.
+RESULT_BOUND = {torch.float32: 1e-3, torch.float16: 5e-2, torch.bfloat16: 5e-2}
+
+
+def result_problem(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """Why `got` (the kernel's output) is not the fallback's `want` at a timed shape, or None."""
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape:
+        return f"output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    bad = int((~torch.isfinite(got) & torch.isfinite(want)).sum())
+    if bad:
+        return f"{bad} of {got.numel()} outputs are NaN or infinite (the fallback's are finite)"
+    scale = float(want.norm())
+    err = float((got - want).norm()) / scale if scale > 0 else float((got - want).norm())
+    if not err <= RESULT_BOUND[dtype]:
+        return f"relative error {err:.2e} against the fallback (bound {RESULT_BOUND[dtype]:.0e})"
+    return None
 
 
 def time_calls(
@@ -150,6 +172,13 @@ def time_workload(
     return time_calls(calls, device, **timing)
 
 
+def _compare(w: Workload, module, reference, device: str, dtype: torch.dtype) -> str | None:
+    """One forward of kernel and fallback on the same fresh inputs of `w`; why they disagree, or None."""
+    a = make_inputs(w, dtype, device)
+    with torch.no_grad():
+        return result_problem(api_forward(w, a, module), api_forward(w, a, reference), dtype)
+
+
 def _decided(samples: dict[str, list[float]]) -> bool:
     return samples["kernel"][-1] > DECISIVE * samples["fallback"][-1]
 
@@ -194,8 +223,11 @@ def _run_speed_check(module, reference, api: list[str], device: str) -> SpeedRes
                 warmup=2 if device == "cuda" else 1,
                 stop=_decided,
             )
+            problem = _compare(w, module, reference, device, dtype)
         except Exception as e:  # a crashing kernel is refused; the reason names the shape and the error
-            raise SpeedCheckCrashed(f"{w.label}: {type(e).__name__}: {e}") from e
+            raise SpeedCheckCrashed(f"{w.label}: raised {type(e).__name__}: {e}") from e
+        if problem is not None:
+            raise SpeedCheckCrashed(f"{w.label}: wrong result: {problem}")
         ratio = statistics.median(k / f for k, f in zip(s["kernel"], s["fallback"]))
         k_us, f_us = statistics.median(s["kernel"]), statistics.median(s["fallback"])
         cases.append(SpeedCase(w.label, round(k_us, 2), round(f_us, 2), round(ratio, 4), ratio <= 1 + margin))

@@ -16,6 +16,14 @@ SLOW = (
     "return (_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation)",
     "return [(_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation) for _ in range(4)][-1]",
 )
+# Right at the check's small shapes, NaN from 128 rows (the speed check's CPU shape): a broken large-tile path.
+WRONG_AT_SCALE = (
+    "return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)",
+    (
+        "y = (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)\n"
+        "    return y if x.reshape(-1, x.shape[-1]).shape[0] < 128 else y * float('nan')"
+    ),
+)
 NO_INTERPRETER = {"TRITON_INTERPRET": "0"}
 # Each load of `kwargs` (a list of keyword strings) in one fresh interpreter; prints every __kernel_info__.
 LOADS = """
@@ -91,3 +99,16 @@ def test_a_slower_build_loses_the_speed_check_and_the_fallback_is_served(hub_env
 
     assert (served["source"], served["variant"]) == ("hub", "torch-cpu")
     assert served["speed"] == {"status": "skipped (speed_check=None)"}
+
+
+def test_a_build_wrong_only_at_real_shapes_is_refused_by_the_speed_check(hub_env, publisher, run_python):
+    """The check's shapes are small; the speed check runs real ones and compares kernel with fallback there."""
+    dist = publisher.build("nan-at-scale", variants=["torch-cpu"], patch={"__init__.py": WRONG_AT_SCALE})
+    publisher.publish("nan-at-scale", dist)
+    repo, env = f"{NAMESPACE}/nan-at-scale", {**hub_env, **NO_INTERPRETER}
+    (info,) = run_python(LOADS.format(repo=repo, kwargs=[{}]), env)
+    assert info["source"] == "fallback-eager", info
+    pattern = (
+        r"torch-cpu: speed check: gated_mlp M=128: wrong result: (\d+) of \1 outputs are NaN or infinite"
+    )
+    assert re.match(pattern, info["reason"]), info["reason"]
