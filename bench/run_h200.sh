@@ -42,7 +42,7 @@ if [ -z "$WHEELS" ]; then
 fi
 if [ -n "$WHEELS" ]; then
   log "installing wheels from $WHEELS"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEELS"/*.whl \
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site "$WHEELS"/*.whl \
     || { log "wheel install failed"; exit 1; }
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi

@@ -17,16 +17,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat import asn1
-from sigstore.errors import Error as SigstoreError
-from sigstore.errors import VerificationError
-from sigstore.models import Bundle, ClientTrustConfig, InvalidBundle, TrustedRoot
-from sigstore.verify import Verifier
 
 from registry.errors import UsageError
 from registry.spec.signing import SignatureError
+
+if TYPE_CHECKING:
+    from sigstore.models import TrustedRoot
+
+# sigstore (and the pydantic models under it) is imported where a bundle is checked, not at import: it took
+# 0.7 s of a warm get_kernel on the H200 (2026-12-03 profile), for the many variants without a bundle.
 
 IDENTITIES_ENV = "KERNEL_HUB_SIGSTORE_IDENTITIES"
 ROOT_ENV = "KERNEL_HUB_SIGSTORE_ROOT"
@@ -81,6 +84,8 @@ class WorkflowIdentity:
         if not fnmatch.fnmatchcase(found.signer or "", self.signer):
             problems.append(f"workflow {found.signer!r} does not match {self.signer!r}")
         if problems:
+            from sigstore.errors import VerificationError
+
             raise VerificationError("; ".join(problems))
 
 
@@ -125,6 +130,9 @@ def identities(configured: Sequence[str] | None = None) -> tuple[WorkflowIdentit
 
 def trusted_root(path: Path | str | None = None) -> TrustedRoot:
     """The sigstore trusted root, offline: `path`, else `$KERNEL_HUB_SIGSTORE_ROOT`, else sigstore-python's cached one."""
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import ClientTrustConfig, TrustedRoot
+
     path = path or os.environ.get(ROOT_ENV) or None
     try:
         if path is not None:
@@ -158,6 +166,11 @@ def verify_bundle(
     signature. Raises SignatureError when any fails. The returned signer's `accepted_as` is the `accepted`
     identity its workflow matches (None: a valid signature by a publisher the policy does not name).
     """
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.errors import VerificationError
+    from sigstore.models import Bundle, InvalidBundle
+    from sigstore.verify import Verifier
+
     try:
         bundle = Bundle.from_json(bundle_bytes)
     except (InvalidBundle, ValueError) as e:
