@@ -146,6 +146,9 @@ stage_model() {
 stage_loader() {  # issue #10: get_kernel cold/warm/pinned in fresh processes, HTTP requests, kernel-hub bench
   if [ -z "${URL:-}" ]; then log "loader stage skipped: it needs the hub (HUB=0 or the hub failed)"; return; fi
   log "loader: publish acme/fused-mlp-loader, then cold/warm/pinned get_kernel, kernel-hub bench, cold again"
+  # Bytecode as an installed package has it (pip compiles on install); without it every fresh process
+  # recompiles kernel-hub's modules, which a user never pays.
+  python3 -m compileall -q "$ROOT/registry" > /dev/null 2>&1 || true
   timeout 40 python3 -m registry.cli publish acme/fused-mlp-loader "$DIST" --version 1 --endpoint "$URL" \
     --token "$HF_TOKEN" --key "$WORK/key.pem" > /dev/null || { log "loader: publish failed"; return; }
   timeout "$T_LOADER" python3 bench/loader_h200.py --repo acme/fused-mlp-loader --out "$OUT/loader.json" \
