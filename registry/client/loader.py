@@ -34,7 +34,7 @@ from registry.errors import KernelHubError, KernelLoadError
 from registry.spec.arch import parse_arch
 from registry.spec.digest import hash_variant, mismatches
 from registry.spec.signing import SignatureError
-from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE, cubin_target
+from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE, build_source, cubin_target
 
 from .check import CheckCache, CheckCrashed, CheckResult, cache_key, checked
 from .fallback import ACTIVATION_ARGS, FALLBACK_MODES, build_fallback
@@ -219,7 +219,10 @@ class _Load:
     local: Mapping[str, Path] | None = None  # LOCAL_KERNELS: variant -> its folder (nothing verified)
 
     def wanted(self, relpath: str) -> bool:
-        """Whether this machine runs the variant file: AOT cubins only of its own Triton version and GPU arch."""
+        """Whether this machine runs the variant file: no build sources (csrc/), AOT cubins only of its own
+        Triton version and GPU arch."""
+        if build_source(relpath):
+            return False
         target = cubin_target(relpath)
         if target is None:
             return True

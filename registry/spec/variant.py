@@ -36,6 +36,16 @@ def cubin_target(relpath: str) -> tuple[str, str] | None:
     return (m["triton"], m["arch"]) if m else None
 
 
+# Build inputs a variant may ship for provenance (the CUDA variant's csrc/): compiled into its extension,
+# never read at run time, so a loader need not download them (their digests stay in the signed list).
+BUILD_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp")
+
+
+def build_source(relpath: str) -> bool:
+    """Whether a variant file is C/C++/CUDA source: shipped, signed, not needed to run."""
+    return relpath.endswith(BUILD_SOURCE_SUFFIXES)
+
+
 class MetadataError(KernelHubError, ValueError):
     """A metadata.json that is not JSON or lacks / mangles a key; the message names it."""
 

@@ -56,6 +56,10 @@ def _multi_arch(publisher) -> str:
                 json.dumps({"fused_mlp_spec": {"kernel": "linear_kernel"}})
             )
         bundle_cubins(loose / arch, vdir / "fused_mlp" / "triton" / "cubins")
+    csrc = vdir / "fused_mlp" / "cuda" / "csrc"  # build sources, as the CUDA variant ships them
+    csrc.mkdir(parents=True)
+    (csrc / "ops.cu").write_text("// compiled into the extension, never read at run time\n")
+    (csrc / "common.cuh").write_text("#pragma once\n")
     meta = json.loads((vdir / "metadata.json").read_text())
     meta["digest"] = {"algorithm": ALGORITHM, "files": hash_variant(vdir)}
     meta["archs"] = [{"arch": a, "sass": True, "ptx": False} for a in ARCHS.values()]
@@ -78,9 +82,9 @@ def test_a_cold_load_on_one_gpu_fetches_its_arch_only(hub_env, publisher, monkey
 
     bundles = sorted(p.name for p in path.rglob("*.zip"))
     assert bundles == ["sm_90a.zip"]
-    assert (
-        verification["skipped"] == 4 and verification["signed_by"]
-    )  # 4 other bundles: listed, signed, skipped
+    assert not (path / "fused_mlp" / "cuda" / "csrc").exists()
+    # 4 other bundles and 2 build sources: listed, signed, skipped
+    assert verification["skipped"] == 6 and verification["signed_by"]
     listed = json.loads((path / "metadata.json").read_text())["digest"]["files"]
     assert sum(f.endswith(".zip") for f in listed) == 5
     assert len(requests_made) <= 40, requests_made
