@@ -89,9 +89,15 @@ def test_check_on_the_gpu_records_a_passing_cell_for_the_chosen_variant(hub, pub
     assert checked, f"this GPU ({env}) is not a promised environment; other checks: {data['other_checks']}"
     [cell] = checked
     [rec] = cell["checks"]
-    assert rec["passed"] and rec["variant"] == cell["variant"] and cell["status"] == "verified", r.stderr[
-        -3000:
-    ]
+    # The check is get_kernel's, speed check included: a variant that is right but slower than eager here
+    # (this fixture's torch-cuda launches Triton from Python: ~110-180 µs vs eager's ~60-100 for the mlp at
+    # M=16 on the H200) is not served, and the cell must say so with the reason instead of "verified".
+    if rec["variant"] == cell["variant"]:
+        assert rec["passed"] and cell["status"] == "verified", r.stderr[-3000:]
+    else:
+        assert rec["variant"] is None and cell["status"] == "failed", (rec, cell["status"])
+        assert rec["reason"].startswith(f"{cell['variant']}: slower than eager on "), rec["reason"]
+        assert rec["passed"], rec  # the fallback it served instead passed its check
     print(
         json.dumps(
             {
