@@ -1,7 +1,9 @@
 """What serving checks before it sends a blob (issue #11): never a 200 with wrong, short or no bytes.
 
-- The size, on every read: a stat, compared with the committed size before any header goes out. Missing
-  or a different size -> 500 `X-Error-Code: BlobDamaged` and a log line (and a wrong-size copy is quarantined).
+- The size, on every read, compared with the committed size before any header goes out. Missing or a
+  different size -> 500 `X-Error-Code: BlobDamaged` and a log line (and a wrong-size copy is quarantined).
+  Local files: a stat. Object stores: the size the ranged GET itself answers (`open`), so a download costs one
+  request to the store, not a HEAD and then a GET; a HEAD request still asks the store for the size (`stat`).
 - The sha256, on the first read of each blob by this process (and again if its file changed: size,
   mtime or inode), for blobs up to `verify_max_bytes` that have a local file. That costs one hash per
   blob per process start (~1 ms per MiB), paid once, while a cold `get_kernel` makes over a thousand
@@ -17,7 +19,7 @@ import logging
 import threading
 
 from .errors import HubError
-from .storage.blobs import BlobStat, BlobStore
+from .storage.blobs import BlobMissing, BlobReader, BlobStat, BlobStore
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,20 @@ class BlobCheck:
         if st.path is not None and size <= self.verify_max_bytes:
             self._hash_once(st)
         return st
+
+    def open(self, sha256: str, size: int, start: int = 0, end: int | None = None) -> BlobReader:
+        """Bytes `start..end` of a blob committed with `size` bytes, read from a store without local files: the
+        read's own answer carries the stored size, checked as `stat` does; BlobDamaged otherwise."""
+        try:
+            reader = self.blobs.open(sha256, start, end)
+        except BlobMissing:  # absent, or shorter than the range: the stat says which (and quarantines)
+            self.stat(sha256, size)
+            raise _damaged(sha256, "changed while it was read; retry") from None
+        if reader.size != size:
+            reader.close()
+            self.blobs.quarantine(sha256, f"size {reader.size} differs from the committed {size}")
+            raise _damaged(sha256, f"has {reader.size} bytes instead of {size}")
+        return reader
 
     def _hash_once(self, st: BlobStat) -> None:
         fs = st.path.stat()

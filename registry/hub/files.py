@@ -125,12 +125,12 @@ def resolve_file(call: Call):
     if entry.lfs:
         headers["X-Linked-Etag"] = f'"{entry.sha256}"'
         headers["X-Linked-Size"] = str(entry.size)
-    stat = call.hub.blob_check.stat(entry.sha256, entry.size)
     if_range = call.request.headers.get("if-range")
     if if_range is None or if_range == etag:
         BlobResponse.check_range(call.request.headers.get("range"), entry.size)
-    if stat.path is None:
+    if not call.hub.blobs.local_files:
         return _object_response(call, entry, headers, if_range in (None, etag))
+    stat = call.hub.blob_check.stat(entry.sha256, entry.size)
     prefix = call.hub.config.accel_prefix
     if (
         prefix
@@ -159,8 +159,9 @@ REDIRECT_TTL_S = 3600  # a presigned URL outlives slow downloads, and names one 
 
 
 def _object_response(call: Call, entry, headers: dict, range_applies: bool) -> Response:
-    """A blob without a local file (an object store): one ranged GET streamed through in chunks, or with
-    `--blob-redirect` a 302 to a presigned URL (HEAD is always answered here, with the usual headers)."""
+    """A blob without a local file (an object store): one ranged GET streamed through in chunks (its answer's
+    size is the blob check), or with `--blob-redirect` a 302 to a presigned URL (HEAD is always answered here,
+    with the usual headers, after a stat)."""
     headers = {**headers, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
     start, end, status = 0, entry.size - 1, 200
     header = call.request.headers.get("range")
@@ -169,17 +170,18 @@ def _object_response(call: Call, entry, headers: dict, range_applies: bool) -> R
         (start, stop), status = ranges[0], 206
         end = stop - 1
         headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
+    headers["Content-Length"] = str(end - start + 1)
+    if call.request.method == "HEAD" or call.hub.config.blob_redirect:
+        call.hub.blob_check.stat(entry.sha256, entry.size)  # no GET of ours will see the size
     if call.request.method == "GET" and call.hub.config.blob_redirect:
         url = call.hub.blobs.presign(entry.sha256, REDIRECT_TTL_S)
         if url:  # the client fetches the bytes (and its Range) from the object store itself
             moved = {k: v for k, v in headers.items() if not k.startswith("Content-")}
             return Response(b"", status_code=302, headers={**moved, "Location": url})
-    headers["Content-Length"] = str(end - start + 1)
     if call.request.method == "HEAD":
         return Response(b"", status_code=status, headers=headers)
-    reader = call.hub.blobs.open(
-        entry.sha256, start, end
-    )  # before the answer: an outage is a 503, not a cut 200
+    # Before the answer: an outage is a 503 and a wrong size a BlobDamaged, never a cut 200.
+    reader = call.hub.blob_check.open(entry.sha256, entry.size, start, end)
     return StreamingResponse(_stream(reader), status_code=status, headers=headers)
 
 

@@ -68,6 +68,10 @@ class BlobReader(Protocol):
 class BlobStore(Protocol):
     """What routes and commands may ask of a blob store (docs/CONTRACTS.md "Blob store")."""
 
+    # True: `stat().path` names a local file (sendfile / X-Accel fast path). False (an object store): a download
+    # is one ranged `open`, whose reader's `size` is the check, with no `stat` round trip before it.
+    local_files: bool
+
     def stage_bytes(self, data: bytes) -> StagedBlob: ...
     def new_writer(self) -> BlobWriter: ...
     def promote(self, *staged: StagedBlob) -> None: ...

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 class FileBlobStore:
     """`BlobStore` on a local (or shared POSIX) directory."""
 
+    local_files = True
+
     def __init__(self, root: Path, leases: Leases):
         self.root = Path(root)
         self.leases = leases

@@ -67,6 +67,8 @@ def _code(e: Exception) -> str:
 class S3BlobStore:
     """`BlobStore` on a bucket of an S3-compatible object store."""
 
+    local_files = False
+
     def __init__(self, url: str, leases: Leases):
         from botocore.exceptions import BotoCoreError, ClientError
 
