@@ -5,6 +5,8 @@ nginx serving the same files from disk, in one run:
   nginx-static   nginx serving the files from a folder (sendfile): the ceiling (run first and last)
   fleet-1        nginx -> 1 replica -> S3 (the replicas stream each blob from the bucket)
   fleet-3        nginx -> 3 replicas -> S3
+  fleet-accel-N  the recommended deployment: nginx -> N replicas run with `--accel-redirect`, which answer with
+                 headers + X-Accel-Redirect to a presigned object path; nginx fetches the bytes from S3 itself
 
 Files, publishing, wrk and its parsing are bench_serve's (16 KiB files: requests/s, the shape of a variant's
 cubins; 2 MiB files: MB/s). Goals (#16): fleet-3 >= 2.5x fleet-1 on a 3+-core machine, >= 80% of nginx; on
@@ -73,6 +75,15 @@ def main(argv: list[str] | None = None) -> int:
         through("nginx-static", Nginx.files(files, workers="auto"), "/")
         through("fleet-1", Nginx.balancer(replicas[:1], workers="auto"), resolve)
         through("fleet-3", Nginx.balancer(replicas, workers="auto"), resolve)
+        for r in fleet.replicas:  # the next rows' replicas get the cores
+            r.stop()
+        accel = fleet.accel_replicas(3)
+        try:
+            through("fleet-accel-1", fleet.accel_nginx(accel[:1], workers="auto"), resolve)
+            through("fleet-accel-3", fleet.accel_nginx(accel, workers="auto"), resolve)
+        finally:
+            for r in accel:
+                r.stop()
         through("nginx-static-2", Nginx.files(files, workers="auto"), "/")  # the machine's load drifts
     finally:
         fleet.stop()
@@ -82,12 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         size: max(results[n][size][k] for n in ("nginx-static", "nginx-static-2"))
         for size, k in (("2MiB", "mb_s"), ("16KiB", "req_s"))
     }
-    ratios = {
-        "small_req_s_3_vs_1": results["fleet-3"]["16KiB"]["req_s"] / results["fleet-1"]["16KiB"]["req_s"],
-        "large_mb_s_3_vs_1": results["fleet-3"]["2MiB"]["mb_s"] / results["fleet-1"]["2MiB"]["mb_s"],
-        "small_req_s_3_vs_nginx": results["fleet-3"]["16KiB"]["req_s"] / ceiling["16KiB"],
-        "large_mb_s_3_vs_nginx": results["fleet-3"]["2MiB"]["mb_s"] / ceiling["2MiB"],
-    }
+    ratios = {}
+    for kind in ("fleet", "fleet-accel"):
+        one, three = results[f"{kind}-1"], results[f"{kind}-3"]
+        ratios |= {
+            f"{kind}_small_req_s_3_vs_1": three["16KiB"]["req_s"] / one["16KiB"]["req_s"],
+            f"{kind}_large_mb_s_3_vs_1": three["2MiB"]["mb_s"] / one["2MiB"]["mb_s"],
+            f"{kind}_small_req_s_3_vs_nginx": three["16KiB"]["req_s"] / ceiling["16KiB"],
+            f"{kind}_large_mb_s_3_vs_nginx": three["2MiB"]["mb_s"] / ceiling["2MiB"],
+        }
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

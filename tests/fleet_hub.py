@@ -15,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hub_process import REPO_ROOT
+from servers import free_ports
 from servers.nginx import Nginx
+from servers.nginx_accel import ACCEL_PREFIX, accel_s3_conf
 from servers.postgres import PostgresServer
 from servers.seaweedfs import SeaweedS3
 
@@ -63,9 +65,24 @@ class Fleet:
         self.url = self.nginx.url
         return self
 
-    def _replica(self, i: int) -> ServeProcess:
-        args = [*self.storage_args, "--page-size", "100", *self.replica_args]
+    def _replica(self, i: int, *extra: str) -> ServeProcess:
+        args = [*self.storage_args, "--page-size", "100", *self.replica_args, *extra]
         return ServeProcess(None, *args, log_path=self.dir / f"replica-{i}.log", cwd=REPO_ROOT, env=self.env)
+
+    def accel_replicas(self, n: int) -> list[ServeProcess]:
+        """`n` more replicas on this storage, started, that answer downloads with X-Accel-Redirect (the caller
+        stops them); `accel_nginx` is the front they need: the recommended deployment (docs/SERVING.md)."""
+        first = len(list(self.dir.glob("replica-*.log")))
+        replicas = [self._replica(first + i, "--accel-redirect", ACCEL_PREFIX) for i in range(n)]
+        with ThreadPoolExecutor(n) as pool:
+            list(pool.map(lambda r: r.start(timeout_s=120), replicas))
+        return replicas
+
+    def accel_nginx(self, replicas: list[ServeProcess], workers: int | str = 1) -> Nginx:
+        """nginx (not started) in front of `accel_replicas`, fetching blob bytes from the object store itself."""
+        port = free_ports(1)[0]
+        upstreams = [r.url.removeprefix("http://") for r in replicas]
+        return Nginx(accel_s3_conf(upstreams, self.s3.endpoint, port), port, workers)
 
     def kill(self, i: int) -> None:
         """kill -9 replica `i` (no clean-up of any kind can run)."""

@@ -153,8 +153,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--accel-redirect",
         metavar="PREFIX",
-        help="nginx internal location mapped to <data>/blobs/: file bodies are answered with "
-        "X-Accel-Redirect and streamed by nginx (docs/SERVING.md)",
+        help="nginx internal location mapped to <data>/blobs/ (or, with --blobs s3://..., proxying to the "
+        "object store): file bodies are answered with X-Accel-Redirect and streamed by nginx (docs/SERVING.md)",
     )
     p.add_argument(
         "--blob-redirect",

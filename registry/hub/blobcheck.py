@@ -43,6 +43,7 @@ class BlobCheck:
         self.blobs = blobs
         self.verify_max_bytes = verify_max_bytes
         self._verified: dict[str, tuple[int, int, int]] = {}  # sha256 -> (size, mtime_ns, inode)
+        self._etags: dict[str, str] = {}  # sha256 -> the object store's ETag, after a size check
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -71,6 +72,22 @@ class BlobCheck:
             self.blobs.quarantine(sha256, f"size {reader.size} differs from the committed {size}")
             raise _damaged(sha256, f"has {reader.size} bytes instead of {size}")
         return reader
+
+    def store_etag(self, sha256: str, size: int) -> str | None:
+        """The object store's ETag of a blob whose stored size this process checked once (a stat, BlobDamaged
+        as above); None if the store has none. nginx fetches the blob with `If-Match: <it>` (`--accel-redirect`
+        on S3): the store itself then refuses (412) any object that is not the one checked, on every read, and
+        a refusal falls back to a read through `open`. So a stale entry costs a slow read, never wrong bytes."""
+        etag = self._etags.get(sha256)
+        if etag is None:
+            etag = self.stat(sha256, size).etag
+            if etag:
+                self._etags[sha256] = etag
+        return etag
+
+    def forget(self, sha256: str) -> None:
+        """Drop what this process recorded of a blob (a read through nginx was refused by the store)."""
+        self._etags.pop(sha256, None)
 
     def _hash_once(self, st: BlobStat) -> None:
         fs = st.path.stat()

@@ -6,7 +6,7 @@ docs/HUB_PROTOCOL.md §2 (tree, paths-info, resolve). File bodies go out through
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from starlette.responses import (
     FileResponse,
@@ -159,9 +159,10 @@ REDIRECT_TTL_S = 3600  # a presigned URL outlives slow downloads, and names one 
 
 
 def _object_response(call: Call, entry, headers: dict, range_applies: bool) -> Response:
-    """A blob without a local file (an object store): one ranged GET streamed through in chunks (its answer's
-    size is the blob check), or with `--blob-redirect` a 302 to a presigned URL (HEAD is always answered here,
-    with the usual headers, after a stat)."""
+    """A blob without a local file (an object store): with `--accel-redirect`, an X-Accel-Redirect that has
+    nginx fetch it from the store; else one ranged GET streamed through in chunks (its answer's size is the
+    blob check), or with `--blob-redirect` a 302 to a presigned URL (HEAD is always answered here, with the
+    usual headers, after a stat)."""
     headers = {**headers, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
     start, end, status = 0, entry.size - 1, 200
     header = call.request.headers.get("range")
@@ -170,6 +171,13 @@ def _object_response(call: Call, entry, headers: dict, range_applies: bool) -> R
         (start, stop), status = ranges[0], 206
         end = stop - 1
         headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
+    prefix = call.hub.config.accel_prefix
+    if prefix and BLOB_CHECK_HEADER not in call.request.headers:
+        answer = _accel_object(call, entry, headers, prefix, (start, end) if status == 206 else None)
+        if answer is not None:
+            return answer
+    elif prefix:  # nginx's second try, after the store refused its read: this one is read and checked here
+        call.hub.blob_check.forget(entry.sha256)
     headers["Content-Length"] = str(end - start + 1)
     if call.request.method == "HEAD" or call.hub.config.blob_redirect:
         call.hub.blob_check.stat(entry.sha256, entry.size)  # no GET of ours will see the size
@@ -183,6 +191,34 @@ def _object_response(call: Call, entry, headers: dict, range_applies: bool) -> R
     # Before the answer: an outage is a 503 and a wrong size a BlobDamaged, never a cut 200.
     reader = call.hub.blob_check.open(entry.sha256, entry.size, start, end)
     return StreamingResponse(_stream(reader), status_code=status, headers=headers)
+
+
+# nginx uses the URL at once; the margin covers clocks that differ between replica and object store.
+ACCEL_TTL_S = 600
+# Sent by nginx's `@blob_check` location (docs/SERVING.md) when the store refused a redirected read.
+BLOB_CHECK_HEADER = "x-kernel-hub-blob-check"
+
+
+def _accel_object(call: Call, entry, headers: dict, prefix: str, byte_range) -> Response | None:
+    """`--accel-redirect` on an object store: nginx fetches the bytes from the store itself. The answer names
+    a presigned path of the object (for this request's method) under nginx's internal `prefix` location, the
+    range to ask for (`X-Blob-Range`, already checked against the committed size) and the ETag the object must
+    have (`X-Blob-If-Match`, recorded after a size check; the store refuses any other object with a 412, and
+    nginx then asks a replica again with `X-Kernel-Hub-Blob-Check`, answered by a checked read here: BlobDamaged,
+    StorageUnavailable or the bytes). None: the store has no presigned URLs or ETags; stream it here."""
+    etag = call.hub.blob_check.store_etag(entry.sha256, entry.size)
+    url = etag and call.hub.blobs.presign(entry.sha256, ACCEL_TTL_S, call.request.method)
+    if not url:
+        return None
+    where = urlsplit(url)
+    moved = {  # the store's answer carries these
+        k: v for k, v in headers.items() if not k.startswith("Content-") and k != "Accept-Ranges"
+    }
+    moved["X-Accel-Redirect"] = f"{prefix.rstrip('/')}{where.path}?{where.query}"
+    moved["X-Blob-If-Match"] = etag
+    if byte_range is not None:
+        moved["X-Blob-Range"] = f"bytes={byte_range[0]}-{byte_range[1]}"
+    return Response(b"", headers=moved)
 
 
 def _stream(reader):

@@ -1,9 +1,11 @@
 """nginx in front of hub workers that answer downloads with X-Accel-Redirect (docs/SERVING.md, the
-recommended production setup): API calls and uploads go to the hub, nginx streams the blob files."""
+recommended production setup): API calls and uploads go to the hub, nginx streams the blob bytes — from the
+blob files (`accel_conf`, the embedded store) or from the object store (`accel_s3_conf`, a fleet on S3)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .nginx import PROXY
 
@@ -13,17 +15,59 @@ ACCEL_PREFIX = "/_blobs"
 HUB_HEADERS = ("ETag", "X-Repo-Commit", "X-Linked-Etag", "X-Linked-Size", "X-Request-Id")
 
 
+def _var(header: str) -> str:
+    return header.lower().replace("-", "_")
+
+
+def _upstream(upstreams: list[str]) -> str:
+    servers = "".join(f"    server {u};\n" for u in upstreams)
+    return f"  upstream hub {{\n{servers}    keepalive 64;\n  }}\n"
+
+
 def accel_conf(upstreams: list[str], blobs_dir: Path, port: int) -> str:
     """The `http {}` body: 127.0.0.1:`port` proxies to `upstreams` (host:port of `serve --accel-redirect
     /_blobs`) and serves `<blobs_dir>/sha256/` from the internal location the hub redirects to."""
-    servers = "".join(f"    server {u};\n" for u in upstreams)
-    adds = "".join(
-        f"      add_header {h} $upstream_http_{h.lower().replace('-', '_')} always;\n" for h in HUB_HEADERS
-    )
+    adds = "".join(f"      add_header {h} $upstream_http_{_var(h)} always;\n" for h in HUB_HEADERS)
     return (
-        f"  upstream hub {{\n{servers}    keepalive 64;\n  }}\n"
+        f"{_upstream(upstreams)}"
         f"  server {{\n    listen 127.0.0.1:{port};\n    client_max_body_size 0;\n"
         f"    location / {{{PROXY}    }}\n"
         f"    location {ACCEL_PREFIX}/ {{\n      internal;\n      alias {Path(blobs_dir).resolve()}/sha256/;\n"
         f"      sendfile on;\n      tcp_nopush on;\n      etag off;\n{adds}    }}\n  }}\n"
+    )
+
+
+def accel_s3_conf(upstreams: list[str], endpoint: str, port: int) -> str:
+    """The `http {}` body for replicas on S3 (`serve --blobs s3://… --accel-redirect /_blobs`): 127.0.0.1:`port`
+    proxies to `upstreams`; the internal location fetches the presigned object path the hub names from the
+    object store at `endpoint` (an http:// URL), with the hub's Range and If-Match only; a refusal of the store
+    (missing or other object: 404/412; unreachable: 502) goes back to a replica, which checks and answers."""
+    host = urlsplit(endpoint).netloc
+    keep = "".join(f"      set $hub_{_var(h)} $upstream_http_{_var(h)};\n" for h in HUB_HEADERS)
+    adds = "".join(f"      add_header {h} $hub_{_var(h)} always;\n" for h in HUB_HEADERS)
+    check = PROXY.replace("proxy_pass http://hub;", "proxy_pass http://hub$request_uri;")
+    return (
+        f"{_upstream(upstreams)}"
+        f"  upstream blobstore {{\n    server {host} max_fails=0;\n    keepalive 64;\n  }}\n"
+        f"  server {{\n    listen 127.0.0.1:{port};\n    client_max_body_size 0;\n"
+        f"    location / {{{PROXY}    }}\n"
+        f"    location {ACCEL_PREFIX}/ {{\n      internal;\n{keep}"
+        "      set $blob_range $upstream_http_x_blob_range;\n"
+        "      set $blob_if_match $upstream_http_x_blob_if_match;\n"
+        "      proxy_pass http://blobstore/;\n"
+        "      proxy_http_version 1.1;\n"
+        "      proxy_pass_request_headers off;\n"
+        f"      proxy_set_header Host {host};\n"
+        '      proxy_set_header Connection "";\n'
+        "      proxy_set_header Range $blob_range;\n"
+        "      proxy_set_header If-Match $blob_if_match;\n"
+        "      proxy_hide_header ETag;\n      proxy_hide_header x-amz-request-id;\n"
+        "      proxy_hide_header x-amz-id-2;\n      proxy_hide_header x-amz-meta-sha256;\n"
+        "      proxy_connect_timeout 5s;\n"
+        "      proxy_max_temp_file_size 0;\n"
+        "      proxy_intercept_errors on;\n"
+        "      error_page 403 404 412 416 500 502 503 504 = @blob_check;\n"
+        f"{adds}    }}\n"
+        f"    location @blob_check {{{check}"
+        "      proxy_set_header X-Kernel-Hub-Blob-Check 1;\n    }\n  }\n"
     )

@@ -95,7 +95,7 @@ class FileBlobStore:
             raise BlobMissing(f"blob {sha256} in {self.root} is shorter than byte {start}")
         return reader
 
-    def presign(self, sha256: str, ttl_s: int) -> str | None:
+    def presign(self, sha256: str, ttl_s: int, method: str = "GET") -> str | None:
         return None  # served from `stat().path` instead
 
     # --- temp files and start-up recovery --------------------------------------------------------

@@ -139,7 +139,7 @@ class S3BlobStore:
             if _code(e) in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise
-        return BlobStat(sha256, h["ContentLength"], h["LastModified"].timestamp())
+        return BlobStat(sha256, h["ContentLength"], h["LastModified"].timestamp(), etag=h.get("ETag"))
 
     def exists(self, sha256: str) -> bool:
         return self.stat(sha256) is not None
@@ -163,9 +163,12 @@ class S3BlobStore:
         total = r.get("ContentRange", "").rpartition("/")[2]
         return S3Reader(r["Body"], int(total) if total.isdigit() else r["ContentLength"])
 
-    def presign(self, sha256: str, ttl_s: int) -> str | None:
+    def presign(self, sha256: str, ttl_s: int, method: str = "GET") -> str | None:
+        """A URL that lets anyone `method` (GET or HEAD) the blob for `ttl_s` seconds; only the host is signed,
+        so Range and If-Match headers may be added to it."""
+        op = {"GET": "get_object", "HEAD": "head_object"}[method]
         return self.client.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self.key(sha256)}, ExpiresIn=ttl_s
+            op, Params={"Bucket": self.bucket, "Key": self.key(sha256)}, ExpiresIn=ttl_s
         )
 
     # --- maintenance -------------------------------------------------------------------------------
