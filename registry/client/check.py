@@ -161,7 +161,8 @@ def _leaves(arg) -> list[torch.Tensor]:
     return []
 
 
-def _rel_error(out: torch.Tensor | None, ref: torch.Tensor | None) -> float:
+def rel_error(out: torch.Tensor | None, ref: torch.Tensor | None) -> float:
+    """‖out − ref‖ / ‖ref‖ with `ref` in float64 (inf for a missing side or another shape; NaN stays NaN)."""
     if out is None or ref is None:
         return math.inf if (out is None) != (ref is None) else 0.0
     if out.shape != ref.shape:
@@ -193,10 +194,10 @@ def compare(case: Case, fn: Callable, ref_fn: Callable, dtype: torch.dtype, gen,
     floor = FLOOR[dtype]
     name = str(dtype).removeprefix("torch.")
     results = []
-    fwd_err = _rel_error(out, ref_out)
-    fwd_tol = max(floor, EAGER_FACTOR * _rel_error(eager_out, ref_out))
+    fwd_err = rel_error(out, ref_out)
+    fwd_tol = max(floor, EAGER_FACTOR * rel_error(eager_out, ref_out))
     results.append(CaseResult(op, case.name, name, "forward", fwd_err, fwd_tol, fwd_err <= fwd_tol))
-    bwd = [(_rel_error(a, r), _rel_error(e, r)) for a, e, r in zip(grads, eager_grads, ref_grads)]
+    bwd = [(rel_error(a, r), rel_error(e, r)) for a, e, r in zip(grads, eager_grads, ref_grads)]
     bwd_err = max((a for a, _ in bwd), default=0.0)
     bwd_tol = max(floor, EAGER_FACTOR * max((e for _, e in bwd), default=0.0))
     results.append(CaseResult(op, case.name, name, "backward", bwd_err, bwd_tol, bwd_err <= bwd_tol))

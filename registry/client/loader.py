@@ -452,15 +452,13 @@ def _check_info(result: CheckResult | None, mode: str | None) -> dict:
         return {"status": "not needed: the eager reference is the oracle"}
     if result is None:
         return {"status": "skipped (check=None)"}
-    status = "passed (cached)" if result.cached else "passed"
-    return {"status": status, **result.to_dict()}
+    return {"status": _said(result), **result.to_dict()}
 
 
 def _speed_info(result: SpeedResult | None) -> dict:
     if result is None:
         return {"status": "skipped (speed_check=None)"}
-    status = "passed (cached)" if result.cached else "passed"
-    return {"status": status, **result.to_dict()}
+    return {"status": _said(result), **result.to_dict()}
 
 
 class _Damaged(Refused):

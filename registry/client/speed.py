@@ -23,7 +23,7 @@ import torch
 
 from registry.errors import KernelHubError
 
-from .check import JsonCache, device_label
+from .check import JsonCache, device_label, rel_error
 from .speed_records import BASELINE, MARGIN
 from .workloads import Workload, api_forward, as_call, make_inputs, speed_workloads
 
@@ -45,14 +45,12 @@ RESULT_BOUND = {torch.float32: 1e-3, torch.float16: 5e-2, torch.bfloat16: 5e-2}
 
 def result_problem(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> str | None:
     """Why `got` (the kernel's output) is not the fallback's `want` at a timed shape, or None."""
-    got, want = got.detach().double(), want.detach().double()
     if got.shape != want.shape:
         return f"output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     bad = int((~torch.isfinite(got) & torch.isfinite(want)).sum())
     if bad:
         return f"{bad} of {got.numel()} outputs are NaN or infinite (the fallback's are finite)"
-    scale = float(want.norm())
-    err = float((got - want).norm()) / scale if scale > 0 else float((got - want).norm())
+    err = rel_error(got, want.detach().double())
     if not err <= RESULT_BOUND[dtype]:
         return f"relative error {err:.2e} against the fallback (bound {RESULT_BOUND[dtype]:.0e})"
     return None
