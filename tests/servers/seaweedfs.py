@@ -84,6 +84,11 @@ class SeaweedS3:
         argv += [f"-{name}.port={port}" for name, port in p.items()]
         argv += [f"-s3.config={config}", f"-filer.localSocket={self.dir / 'f.sock'}"]
         argv += [f"-s3.localSocket={self.dir / 's.sock'}"]
+        # mini sizes its volume count from the free disk (free space / volume size, 64 MiB-1 GiB each) and every
+        # bucket takes at least one volume: on a CI machine with little free disk a later bucket's PUT failed
+        # with InternalError ("no free volumes left"). Fixed limits make the server the same on every machine;
+        # volumes are sparse files that grow as written, so 256 x 64 MiB reserves nothing.
+        argv += ["-volume.max=256", "-master.volumeSizeLimitMB=64"]
         (self.dir / "data").mkdir(exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
