@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
     """Progress of `registry.*` as plain lines on stderr (one handler, however often this is called)."""
     logger = logging.getLogger("registry")
-    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+    # By class name: `python -m registry.cli` runs this module as __main__, and `serve`'s app then imports it
+    # again as registry.cli, whose _StderrHandler is another class (every access-log line came out twice).
+    for handler in [h for h in logger.handlers if type(h).__name__ == _StderrHandler.__name__]:
         logger.removeHandler(handler)
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))

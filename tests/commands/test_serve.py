@@ -36,7 +36,7 @@ def test_startup_lines_and_one_line_per_request(tmp_path):
     )
     assert lines[3] == "  log:     one line per request (--log-level info)"
     for r, path in ((page, "/kernels/nobody/nothing"), (api, "/api/models/nobody/nothing")):
-        line = next(x for x in lines if x.endswith(r.headers["X-Request-Id"]))
+        (line,) = [x for x in lines if x.endswith(r.headers["X-Request-Id"])]  # one line, not two
         assert re.fullmatch(rf"\S+Z 127\.0\.0\.1 GET {path} 404 \d+ B \d+\.\d ms [0-9a-f]{{32}}", line), line
     assert "Traceback" not in log and "Uvicorn running" not in log
 
