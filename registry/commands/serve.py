@@ -163,6 +163,15 @@ def register(subparsers) -> None:
         "stock huggingface_hub follows it and keeps its token to itself)",
     )
     p.add_argument(
+        "--shared-cache-s",
+        type=int,
+        default=60,
+        metavar="S",
+        help="Cache-Control max-age of files named by their commit in public repos, for nginx's proxy_cache or "
+        "a CDN in front (default 60; 0: no shared caching). Branch-addressed and private files are never "
+        "cached (docs/SERVING.md)",
+    )
+    p.add_argument(
         "--matrix",
         type=Path,
         help="build/matrix.toml whose environments the kernel pages' matrix shows "
@@ -222,6 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
             "db": args.db,
             "blobs": args.blobs,
             "blob_redirect": args.blob_redirect,
+            "shared_cache_s": args.shared_cache_s,
             "public_url": args.public_url,
             "page_size": args.page_size,
             "lfs_threshold": args.lfs_threshold,
@@ -268,6 +278,7 @@ def app_from_env():
         body_timeout_s=opts["body_timeout_s"],
         extension_routes=opts["extension_routes"],
         blob_redirect=opts["blob_redirect"],
+        shared_cache_s=opts["shared_cache_s"],
     )
     matrix = Path(opts["matrix"]) if opts["matrix"] else None
     data = Path(opts["data"]) if opts["data"] else None

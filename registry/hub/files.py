@@ -121,7 +121,11 @@ def resolve_file(call: Call):
             headers={"X-Repo-Commit": commit_id},
         )
     etag = f'"{entry.oid}"'
-    headers = {"X-Repo-Commit": commit_id, "ETag": etag}
+    headers = {
+        "X-Repo-Commit": commit_id,
+        "ETag": etag,
+        "Cache-Control": _cache_control(call, repo, commit_id),
+    }
     if entry.lfs:
         headers["X-Linked-Etag"] = f'"{entry.sha256}"'
         headers["X-Linked-Size"] = str(entry.size)
@@ -153,6 +157,17 @@ def resolve_file(call: Call):
         media_type="application/octet-stream",
         stat_result=os.stat(stat.path),
     )
+
+
+def _cache_control(call: Call, repo, commit_id: str) -> str:
+    """Who may keep this answer (docs/SERVING.md "A cache in front"). A file named by its full commit id in a
+    public repo is the same for everyone, for ever: shared caches may keep it `shared_cache_s`. A branch's file
+    changes with the next publish (`no-cache`: ask again each time), a private repo's is the requester's."""
+    if repo.private:
+        return "private"
+    if call.p["rev"] != commit_id or call.hub.config.shared_cache_s <= 0:
+        return "no-cache"
+    return f"public, max-age={call.hub.config.shared_cache_s}"
 
 
 REDIRECT_TTL_S = 3600  # a presigned URL outlives slow downloads, and names one immutable blob anyway

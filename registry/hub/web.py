@@ -41,6 +41,10 @@ class HubConfig:
         None  # nginx internal location of the blobs (X-Accel-Redirect); None: serve them here
     )
     blob_redirect: bool = False  # GET of a file: 302 to a presigned object-store URL where the store has one
+    # How long a shared cache (nginx's proxy_cache, a CDN) may keep a file named by its commit in a public repo
+    # (`Cache-Control: public, max-age`); 0: never. Those bytes never change; deleting the repo or making it
+    # private reaches such a cache within this time.
+    shared_cache_s: int = 60
 
 
 # After this much past the limit, a too-large body is cut (413 + Connection: close) instead of drained.
