@@ -17,7 +17,7 @@ from pathlib import Path
 from hub_process import REPO_ROOT
 from servers import free_ports
 from servers.nginx import Nginx
-from servers.nginx_accel import ACCEL_PREFIX, accel_s3_conf
+from servers.nginx_accel import ACCEL_PREFIX, accel_s3_conf, cached_accel_s3_conf
 from servers.postgres import PostgresServer
 from servers.seaweedfs import SeaweedS3
 
@@ -37,6 +37,7 @@ class Fleet:
         self.nginx: Nginx | None = None
         self.replicas: list[ServeProcess] = []
         self.blobs = f"s3://{BUCKET}/{prefix}"
+        self._caches: list[Path] = []
         self.data_dir = None  # nothing is local: tests that read the data folder do not apply
 
     @property
@@ -84,6 +85,16 @@ class Fleet:
         upstreams = [r.url.removeprefix("http://") for r in replicas]
         return Nginx(accel_s3_conf(upstreams, self.s3.endpoint, port), port, workers)
 
+    def cached_nginx(self, replicas: list[ServeProcess], workers: int | str = 1) -> Nginx:
+        """`accel_nginx` with nginx's cache in front of commit-named files (not started; a fresh cache)."""
+        port = free_ports(1)[0]
+        upstreams = [r.url.removeprefix("http://") for r in replicas]
+        # Not under self.dir (0700): nginx's workers run as another user when nginx starts as root.
+        cache = Path(tempfile.mkdtemp(prefix="kernel-hub-nginx-cache-"))
+        cache.chmod(0o755)
+        self._caches.append(cache)
+        return Nginx(cached_accel_s3_conf(upstreams, self.s3.endpoint, port, cache), port, workers)
+
     def kill(self, i: int) -> None:
         """kill -9 replica `i` (no clean-up of any kind can run)."""
         proc = self.replicas[i].proc
@@ -126,4 +137,5 @@ class Fleet:
                 server.destroy()
         if self.nginx is not None:
             self.nginx.destroy()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for d in (self.dir, *self._caches):
+            shutil.rmtree(d, ignore_errors=True)

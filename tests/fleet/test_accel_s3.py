@@ -96,7 +96,14 @@ def test_headers_are_the_replicas_and_ranges_work(hub, repo):
         for method in ("HEAD", "GET"):
             via = httpx2.request(method, f"{hub.url}/{name}/resolve/main/{path}")
             assert via.status_code == 200, (method, path, via.text)
-            for h in ("etag", "x-repo-commit", "x-linked-etag", "x-linked-size", "content-length"):
+            for h in (
+                "etag",
+                "x-repo-commit",
+                "x-linked-etag",
+                "x-linked-size",
+                "content-length",
+                "cache-control",
+            ):
                 assert via.headers.get(h) == ref.headers.get(h), (method, path, h)
             assert via.headers.get("accept-ranges") == "bytes"
             assert not [h for h in via.headers if h.startswith(("x-accel", "x-blob", "x-amz"))], via.headers
