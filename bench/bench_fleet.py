@@ -9,6 +9,9 @@ nginx serving the same files from disk, in one run:
                  headers + X-Accel-Redirect to a presigned object path; nginx fetches the bytes from S3 itself
   accel-replica-only, s3-direct  where fleet-accel's time goes: wrk at one such replica (its answers without
                  the bytes), and at the object store itself with presigned URLs of the same objects
+  fleet-cache-3  fleet-accel-3 with nginx's cache in front of commit-named files (`resolve/<commit>/…`, what
+                 get_kernel, kernels and snapshot_download ask for), the files' first answers filling it: many
+                 machines loading one version. The rows above ask `resolve/v1/…`, which is never cached.
 
 Files, publishing, wrk and its parsing are bench_serve's (16 KiB files: requests/s, the shape of a variant's
 cubins; 2 MiB files: MB/s). Goals (#16): fleet-3 >= 2.5x fleet-1 on a 3+-core machine, >= 80% of nginx; on
@@ -60,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     p.add_argument("--connections", type=int, default=64, help="concurrent clients")
     p.add_argument("--out", type=Path, help="raw results (JSON)")
+    p.add_argument("--only", help="comma-separated rows to run besides nginx-static (default: all)")
     args = p.parse_args(argv)
     if not shutil.which("wrk"):
         sys.exit("bench_fleet: wrk is not installed (apt-get install -y wrk)")
@@ -77,11 +81,15 @@ def main(argv: list[str] | None = None) -> int:
         fleet.start()
         token = fleet.token("bench")
         publish(fleet.url, token, files)
-        HfApi(endpoint=fleet.url, token=token).create_branch(
-            REPO, branch="v1", repo_type="kernel"
-        )  # the version
+        api = HfApi(endpoint=fleet.url, token=token)
+        api.create_branch(REPO, branch="v1", repo_type="kernel")  # the version
+        commit = api.repo_info(REPO, repo_type="kernel", revision="v1").sha
+        only = set(args.only.split(",")) if args.only else None
 
         def through(name: str, nginx: Nginx, prefix: str) -> None:
+            if only is not None and name not in only and not name.startswith("nginx-static"):
+                nginx.destroy()  # its temp dir
+                return
             nginx.start()
             try:
                 measure(name, nginx.url, prefix, paths, args, work, results)
@@ -100,8 +108,16 @@ def main(argv: list[str] | None = None) -> int:
             through("fleet-accel-3", fleet.accel_nginx(accel, workers="auto"), resolve)
             # Where fleet-accel's time goes: one replica's answers alone (headers + redirect, no bytes), and
             # the object store alone serving the same objects by presigned URL (no replica, no nginx).
-            measure("accel-replica-only", accel[0].url, resolve, paths, args, work, results)
-            measure("s3-direct", fleet.s3.endpoint, "", _presigned(fleet, files, paths), args, work, results)
+            if only is None or "accel-replica-only" in only:
+                measure("accel-replica-only", accel[0].url, resolve, paths, args, work, results)
+            if only is None or "s3-direct" in only:
+                presigned = _presigned(fleet, files, paths)
+                measure("s3-direct", fleet.s3.endpoint, "", presigned, args, work, results)
+            through(
+                "fleet-cache-3",
+                fleet.cached_nginx(accel, workers="auto"),
+                f"/kernels/{REPO}/resolve/{commit}/",
+            )
         finally:
             for r in accel:
                 r.stop()
@@ -115,14 +131,18 @@ def main(argv: list[str] | None = None) -> int:
         for size, k in (("2MiB", "mb_s"), ("16KiB", "req_s"))
     }
     ratios = {}
-    for kind in ("fleet", "fleet-accel"):
-        one, three = results[f"{kind}-1"], results[f"{kind}-3"]
-        ratios |= {
-            f"{kind}_small_req_s_3_vs_1": three["16KiB"]["req_s"] / one["16KiB"]["req_s"],
-            f"{kind}_large_mb_s_3_vs_1": three["2MiB"]["mb_s"] / one["2MiB"]["mb_s"],
-            f"{kind}_small_req_s_3_vs_nginx": three["16KiB"]["req_s"] / ceiling["16KiB"],
-            f"{kind}_large_mb_s_3_vs_nginx": three["2MiB"]["mb_s"] / ceiling["2MiB"],
-        }
+    for kind in ("fleet", "fleet-accel", "fleet-cache"):
+        one, three = results.get(f"{kind}-1"), results.get(f"{kind}-3")
+        if one and three:
+            ratios |= {
+                f"{kind}_small_req_s_3_vs_1": three["16KiB"]["req_s"] / one["16KiB"]["req_s"],
+                f"{kind}_large_mb_s_3_vs_1": three["2MiB"]["mb_s"] / one["2MiB"]["mb_s"],
+            }
+        if three:
+            ratios |= {
+                f"{kind}_small_req_s_3_vs_nginx": three["16KiB"]["req_s"] / ceiling["16KiB"],
+                f"{kind}_large_mb_s_3_vs_nginx": three["2MiB"]["mb_s"] / ceiling["2MiB"],
+            }
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -34,12 +34,13 @@ SMALL, LARGE = os.urandom(20_000), os.urandom(3 << 20)
 
 
 class AccelFront:
-    """The fleet's storage and admin commands, with `url` = nginx in front of 2 `--accel-redirect` replicas."""
+    """The fleet's storage and admin commands, with `url` = nginx in front of 2 `--accel-redirect` replicas
+    (`cached`: with nginx's cache in front of commit-named files, test_cache_front.py)."""
 
-    def __init__(self, fleet):
+    def __init__(self, fleet, cached: bool = False):
         self.fleet = fleet
         self.replicas = fleet.accel_replicas(2)
-        self.nginx = fleet.accel_nginx(self.replicas)
+        self.nginx = (fleet.cached_nginx if cached else fleet.accel_nginx)(self.replicas)
         require(self.nginx.start)
         self.url = self.nginx.url
         self.data_dir = None
@@ -65,6 +66,11 @@ def hub(fleet):
 
 @pytest.fixture(scope="module")
 def repo(hub):
+    return make_repo(hub)
+
+
+def make_repo(hub) -> tuple[str, str, HfApi]:
+    """A public model repo with SMALL and LARGE (under dir/) and a private one with s.txt, by a new user."""
     user = f"a{uuid.uuid4().hex[:8]}"
     token = hub.token(user)
     api = HfApi(endpoint=hub.url, token=token)

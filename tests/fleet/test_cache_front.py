@@ -7,57 +7,31 @@ The stock huggingface_hub download tests and a stock `kernels` load run here unc
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import httpx2
 import kernels
 import pytest
-from huggingface_hub import HfApi
 
-from tests.fleet.test_accel_s3 import AccelFront, _resolves
+from tests.fleet.test_accel_s3 import LARGE, SMALL, AccelFront, _resolves, make_repo
 from tests.hub.test_kernels_client import _publish
 from tests.hub.test_stock_client import (  # noqa: F401
     published,
     test_download_bytes_identical,
     test_snapshot_download_allow_patterns,
 )
-from tests.servers import require
 
-SMALL, LARGE = os.urandom(20_000), os.urandom(3 << 20)
 HUB_HEADERS = ("etag", "x-repo-commit", "x-linked-etag", "x-linked-size", "content-length", "cache-control")
-
-
-class CacheFront(AccelFront):
-    """AccelFront with nginx's cache in front of commit-named files."""
-
-    def __init__(self, fleet):
-        self.fleet = fleet
-        self.replicas = fleet.accel_replicas(2)
-        self.nginx = fleet.cached_nginx(self.replicas)
-        require(self.nginx.start)
-        self.url = self.nginx.url
-        self.data_dir = None
 
 
 @pytest.fixture(scope="module")
 def hub(fleet):
-    front = CacheFront(fleet)
+    front = AccelFront(fleet, cached=True)
     yield front
     front.stop()
 
 
 @pytest.fixture(scope="module")
 def repo(hub):
-    user = f"c{uuid.uuid4().hex[:8]}"
-    token = hub.token(user)
-    api = HfApi(endpoint=hub.url, token=token)
-    api.create_repo(f"{user}/m")
-    api.upload_file(path_or_fileobj=SMALL, path_in_repo="small.bin", repo_id=f"{user}/m")
-    api.upload_file(path_or_fileobj=LARGE, path_in_repo="dir/large.bin", repo_id=f"{user}/m")
-    api.create_repo(f"{user}/priv", private=True)
-    api.upload_file(path_or_fileobj=b"secret", path_in_repo="s.txt", repo_id=f"{user}/priv")
-    return f"{user}/m", token, api
+    return make_repo(hub)
 
 
 def _replica_requests(hub, path: str) -> int:
@@ -66,8 +40,8 @@ def _replica_requests(hub, path: str) -> int:
 
 
 def test_stock_kernels_loads_a_version_through_the_cache(hub, hub_env, tmp_path):
-    repo = _publish(hub, tmp_path, "k-cache", trusted=True, offset=11)
-    module = kernels.get_kernel(repo, version=1)
+    name = _publish(hub, tmp_path, "k-cache", trusted=True, offset=11)
+    module = kernels.get_kernel(name, version=1)
     assert module.add([1, 2, 3]) == [12, 13, 14]
 
 
