@@ -28,10 +28,8 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from httpx2 import HTTPError, TransportError
-from huggingface_hub import HfApi, constants, hf_hub_url
+from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-from huggingface_hub.file_download import repo_folder_name
-from huggingface_hub.hf_api import RepoFile, RepoFolder
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from registry.atomic import write_atomic
@@ -104,11 +102,14 @@ class Hub:
         return urlsplit(self.endpoint).netloc.replace(":", "_") or "default"
 
     @property
-    def api(self) -> HfApi:
+    def api(self):
+        """huggingface_hub's HfApi for this hub (imported here: 0.2 s that a cached load never needs)."""
+        from huggingface_hub import HfApi
+
         return HfApi(endpoint=self.endpoint, token=self.token)
 
     def repo_dir(self, repo_id: str) -> Path:
-        return self.cache / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
+        return self.cache / repo_folder(repo_id)
 
     def own_dir(self, *parts: str) -> Path:
         """kernel-hub's own state in the cache (`<cache>/kernel-hub/...`)."""
@@ -138,6 +139,12 @@ class Hub:
         return response
 
 
+def repo_folder(repo_id: str) -> str:
+    """The repo's folder name in the HF cache (`kernels--acme--fused-mlp`), as huggingface_hub's
+    `repo_folder_name` writes it; here so a cached load need not import huggingface_hub.file_download."""
+    return "--".join([f"{REPO_TYPE}s", *repo_id.split("/")])
+
+
 def token_advice(error: BaseException) -> str:
     """What to do about an HTTP 401/403 answer (the token), else ""."""
     status = (
@@ -165,21 +172,17 @@ def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | 
         return revision
     ref = f"v{version}" if version is not None else revision
     if not hub.offline:
+        # The two routes HfApi.list_repo_refs / repo_info call, asked directly: one GET each, without importing
+        # huggingface_hub.hf_api (0.2 s of a warm load); errors are the same (hf_raise_for_status).
+        api = f"{hub.endpoint}/api/{REPO_TYPE}s/{repo_id}"
         try:
             if version is not None:
-                refs = hub.request(
-                    f"list the versions of {repo_id}", hub.api.list_repo_refs, repo_id, repo_type=REPO_TYPE
-                )
-                commit = pick_version({b.name: b.target_commit for b in refs.branches}, version)
+                refs = hub.request(f"list the versions of {repo_id}", hub.get, f"{api}/refs").json()
+                branches = {b["name"]: b["targetCommit"] for b in refs.get("branches", [])}
+                commit = pick_version(branches, version)
             else:
-                info = hub.request(
-                    f"resolve {repo_id}@{revision}",
-                    hub.api.repo_info,
-                    repo_id,
-                    repo_type=REPO_TYPE,
-                    revision=revision,
-                )
-                commit = info.sha
+                url = f"{api}/revision/{quote(revision, safe='')}"
+                commit = hub.request(f"resolve {repo_id}@{revision}", hub.get, url).json()["sha"]
         except HubUnreachable:
             pass
         except (HTTPError, OSError) as e:
@@ -218,7 +221,7 @@ def _newest_snapshot_of_version(repo_dir: Path, version: int) -> str | None:
 
 
 def _listing_file(hub: Hub, repo_id: str, commit: str) -> Path:
-    return hub.own_dir("commits", repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE), f"{commit}.json")
+    return hub.own_dir("commits", repo_folder(repo_id), f"{commit}.json")
 
 
 def commit_cached(hub: Hub, repo_id: str, commit: str) -> bool:
@@ -239,6 +242,8 @@ def variant_metadata(hub: Hub, repo_id: str, commit: str) -> dict[str, dict]:
         if all((snapshot / metadata_path(n)).is_file() for n in names):
             return {n: _read_json(snapshot / metadata_path(n)) for n in names}
     if not hub.offline:
+        from huggingface_hub.hf_api import RepoFolder
+
         try:
             tree = hub.request(
                 f"list the variants of {repo_id}@{commit[:12]}",
@@ -279,6 +284,8 @@ def _etag(response) -> str | None:
 
 def _fetch_one(hub: Hub, repo_id: str, commit: str, path: str, optional: bool) -> bool:
     """GET one file at `commit` into the cache (blob + snapshot link); False when `optional` and it is absent."""
+    from huggingface_hub import hf_hub_url
+
     url = hf_hub_url(repo_id, path, repo_type=REPO_TYPE, revision=commit, endpoint=hub.endpoint)
     try:
         response = hub.request(f"download {path}", hub.get, url, follow_redirects=True)
@@ -378,11 +385,14 @@ def refetch(hub: Hub, repo_id: str, commit: str, variant: str, relpaths: list[st
 
 
 def _speed_dir(hub: Hub, repo_id: str, commit: str) -> Path:
-    return hub.own_dir("speed", repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE), commit)
+    return hub.own_dir("speed", repo_folder(repo_id), commit)
 
 
 def _fetch_speed_records(hub: Hub, repo_id: str, commit: str) -> None:
     """Copy the commit's speed records from the `compat` branch into the cache (none: nothing to do)."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.hf_api import RepoFile
+
     try:
         entries = hub.request(
             f"list speed records of {repo_id}@{commit[:12]}",

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from huggingface_hub.errors import HfHubHTTPError
-from huggingface_hub.hf_api import RepoFile
 
 from registry.spec.signing import KEYS_DIR, read_key_file
 
@@ -24,6 +23,8 @@ class RepoKeyFiles:
     name: str = "repo key files"
 
     def keys(self, hub: Hub, repo_id: str, commit: str) -> list[str] | None:
+        from huggingface_hub.hf_api import RepoFile  # 0.2 s to import: only when keys are looked up
+
         try:
             tree = hub.request(
                 f"list the publisher keys of {repo_id}@{commit[:12]}",
