@@ -19,20 +19,27 @@ import json
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kernels.backends import CPU, CUDA
-from kernels.variants import (
-    ArchVariant,
-    NoarchVariant,
-    Variant,
-    VariantAccepted,
-    _check_variants,
-    _sort_variants,
-    parse_variant,
-)
 from packaging.version import InvalidVersion, Version
 
+from registry.atomic import write_atomic
 from registry.spec.arch import Arch, parse_arch, ptx_runs_on, sass_runs_on
+
+if TYPE_CHECKING:
+    from kernels.variants import Variant
+
+
+def _kernels():
+    """kernels' backends and variants modules, imported on first use: `import kernels` costs ~0.2 s (it
+    imports huggingface_hub.hf_api), and a load whose decision is cached (`cached_resolution`) needs neither."""
+    import kernels.backends
+    import kernels.variants
+
+    return kernels.backends, kernels.variants
+
+
 from registry.spec.variant import ArchTarget, arch_targets
 
 NO_CUDA_DEVICE = "no CUDA device"
@@ -100,16 +107,18 @@ def _describe_targets(targets: list[ArchTarget]) -> str:
 
 
 def _is_cuda(v: Variant) -> bool:
-    if isinstance(v, NoarchVariant):
+    backends, variants = _kernels()
+    if isinstance(v, variants.NoarchVariant):
         return v.arch.backend_name == "cuda"
-    return isinstance(v.arch.backend, CUDA)
+    return isinstance(v.arch.backend, backends.CUDA)
 
 
 def _is_cpu_reference(v: Variant) -> bool:
     """CPU and universal builds: pure-Python copies of the package whose CPU path is the eager reference."""
-    if isinstance(v, NoarchVariant):
+    backends, variants = _kernels()
+    if isinstance(v, variants.NoarchVariant):
         return v.arch.backend_name in ("cpu", "universal")
-    return isinstance(v.arch.backend, CPU)
+    return isinstance(v.arch.backend, backends.CPU)
 
 
 def _major_minor(text: str | None) -> Version | None:
@@ -124,23 +133,26 @@ def _major_minor(text: str | None) -> Version | None:
 
 def _kernels_rules(v: Variant, env: Env, backend: str | None) -> str | None:
     """Rejection reason from `kernels`' own checks (torch, CUDA minor, CPU, OS, ABI), or None."""
+    backends, variants = _kernels()
     if backend == "cpu" or env.cuda is None:
-        selected = CPU()
+        selected = backends.CPU()
     else:
-        selected = CUDA(version=_major_minor(env.cuda))
+        selected = backends.CUDA(version=_major_minor(env.cuda))
     cxx11 = env.cxx11_abi if env.os == "linux" else None
-    decisions = _check_variants([v], selected, env.cpu, env.os, _major_minor(env.torch), cxx11, None, None)
+    torch = _major_minor(env.torch)
+    decisions = variants._check_variants([v], selected, env.cpu, env.os, torch, cxx11, None, None)
     if not decisions:  # kernels drops arch variants on free-threaded Python < 3.15 without a decision
         return "arch kernels are not supported on free-threaded Python < 3.15"
     decision = decisions[0]
-    return None if isinstance(decision, VariantAccepted) else decision.reason
+    return None if isinstance(decision, variants.VariantAccepted) else decision.reason
 
 
 def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, dict]:
     """Device checks for a CUDA variant on a machine that has a device: (rejection reason or None, detail)."""
+    _, variants = _kernels()
     device = parse_arch(env.gpu_arch)
     detail: dict = {"device_arch": device.name}
-    if isinstance(v, ArchVariant) and env.driver_cuda:
+    if isinstance(v, variants.ArchVariant) and env.driver_cuda:
         needed, driver = v.arch.backend.version, _major_minor(env.driver_cuda)
         if driver is not None and needed > driver:
             return (
@@ -152,7 +164,7 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
     except (ValueError, KeyError, TypeError) as e:
         return f"metadata archs are malformed ({e})", detail
     detail["archs"] = _describe_targets(targets)
-    if isinstance(v, NoarchVariant):
+    if isinstance(v, variants.NoarchVariant):
         # Triton sources JIT for any device Triton supports; AOT cubins (SASS) skip the JIT when they match.
         if not env.triton:
             return "Triton is not installed (pip install triton)", detail
@@ -195,8 +207,9 @@ def _cuda_rules(v: Variant, metadata: Mapping, env: Env) -> tuple[str | None, di
 
 
 def _verdict(name: str, metadata: Mapping, env: Env, backend: str | None) -> tuple[Verdict, Variant | None]:
+    _, variants = _kernels()
     try:
-        v = parse_variant(name)
+        v = variants.parse_variant(name)
     except ValueError as e:
         return Verdict(name, False, f"not a variant name kernels understands ({e})"), None
     if _is_cuda(v) and env.gpu_arch is None:
@@ -208,7 +221,7 @@ def _verdict(name: str, metadata: Mapping, env: Env, backend: str | None) -> tup
         reason, detail = _cuda_rules(v, metadata, env)
         if reason is not None:
             return Verdict(name, False, reason, detail), v
-        if isinstance(v, NoarchVariant):
+        if isinstance(v, variants.NoarchVariant):
             how = f"AOT cubin {detail['aot_arch']}" if detail["aot"] else "Triton JIT"
         else:
             how = f"{detail['code'].upper()} {detail['code_arch']}"
@@ -225,6 +238,7 @@ def resolve_variant(variants: Mapping[str, dict], env: Env, *, backend: str | No
     order). `backend="cpu"` makes CPU builds eligible as the kernel (as in `kernels`); by default they
     are rejected and, with no CUDA device, the result is the fallback with reason "no CUDA device".
     """
+    _, kv = _kernels()
     verdicts: dict[str, Verdict] = {}
     names: dict[Variant, str] = {}
     for name in sorted(variants):
@@ -232,10 +246,47 @@ def resolve_variant(variants: Mapping[str, dict], env: Env, *, backend: str | No
         verdicts[name] = verdict
         if verdict.accepted:
             names[v] = name
-    order = [names[d.variant] for d in _sort_variants([VariantAccepted(v) for v in names])]
+    order = [names[d.variant] for d in kv._sort_variants([kv.VariantAccepted(v) for v in names])]
     ordered = [verdicts[n] for n in order] + [vd for n, vd in verdicts.items() if not vd.accepted]
     chosen = order[0] if order else None
     return Resolution(chosen, tuple(ordered), None if chosen else _fallback_reason(ordered, env, backend))
+
+
+RESOLUTION_FORMAT = 1  # bump when what resolve_variant decides changes for the same inputs
+
+
+def cached_resolution(
+    variants: Mapping[str, dict], env: Env, backend: str | None, commit: str, folder: Path
+) -> Resolution:
+    """`resolve_variant` of a commit's variants, remembered in `folder` per (commit, variant names, Env, backend,
+    kernels version): a commit never changes, so a warm load decides without importing kernels at all."""
+    try:
+        kernels_version = importlib.metadata.version("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        kernels_version = None
+    key = json.dumps(
+        [RESOLUTION_FORMAT, commit, sorted(variants), dataclasses.asdict(env), backend, kernels_version],
+        sort_keys=True,
+    )
+    path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+    try:
+        saved = json.loads(path.read_text())
+        return Resolution(
+            saved["chosen"], tuple(Verdict(**v) for v in saved["verdicts"]), saved["fallback_reason"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not decided yet here, or an unreadable file: decide again
+    resolution = resolve_variant(variants, env, backend=backend)
+    saved = {
+        "chosen": resolution.chosen,
+        "verdicts": [dataclasses.asdict(v) for v in resolution.verdicts],
+        "fallback_reason": resolution.fallback_reason,
+    }
+    try:
+        write_atomic(path, json.dumps(saved).encode())
+    except OSError:
+        pass  # a read-only cache decides every time
+    return resolution
 
 
 def _fallback_reason(verdicts: list[Verdict], env: Env, backend: str | None) -> str:
@@ -259,12 +310,14 @@ def reference_sources(variants: Mapping[str, dict]) -> list[str]:
     toolchain, then `torch-cuda` (Triton sources), then compiled builds.
     """
 
+    _, kv = _kernels()
+
     def rank(name: str) -> tuple[int, str]:
         try:
-            v = parse_variant(name)
+            v = kv.parse_variant(name)
         except ValueError:
             return 9, name
-        if isinstance(v, NoarchVariant):
+        if isinstance(v, kv.NoarchVariant):
             return {"cpu": 0, "universal": 1, "cuda": 2}.get(v.arch.backend_name, 3), name
         return 4, name
 
