@@ -12,7 +12,10 @@ __all__ = ["KernelHubError", "KernelLoadError", "get_kernel"]
 def __getattr__(name: str):
     # Lazy: importing `registry` (e.g. for the hub server) must not import torch.
     if name == "get_kernel":
-        from .client.loader import get_kernel
+        from .gcpause import gc_paused
+
+        with gc_paused():  # the loader's imports would trigger full collections over torch's objects
+            from .client.loader import get_kernel
 
         return get_kernel
     raise AttributeError(f"module 'registry' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -27,10 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels.hf_hub import RepoInfo
-from kernels.importer import _import_from_path
-
 from registry.errors import KernelHubError, KernelLoadError
+from registry.gcpause import gc_paused
 from registry.spec.arch import parse_arch
 from registry.spec.digest import hash_variant, mismatches
 from registry.spec.signing import SignatureError
@@ -51,7 +50,15 @@ from .fetch import (
 )
 from .local import LOCAL_KERNELS_ENV, local_metadata, local_override, local_variants
 from .lock import LockError, locked_commit
-from .resolve import Env, Resolution, current_env, reference_sources, resolve_variant, trace_lines
+from .resolve import (
+    Env,
+    Resolution,
+    cached_resolution,
+    current_env,
+    reference_sources,
+    resolve_variant,
+    trace_lines,
+)
 from .speed import SPEED_MODES, SpeedCache, SpeedCheckCrashed, SpeedResult, speed_checked
 from .speed_records import parse_records, recorded_order
 from .trust import (
@@ -120,6 +127,17 @@ def get_kernel(
     signature (metadata.json.sigstore) may vouch for a build; `$LOCAL_KERNELS` loads from a folder here.
     """
     _check_arguments(version, fallback, check, speed_check, trust_remote_code)
+    with gc_paused():  # registry/gcpause.py: half of a warm load was full collections over torch's objects
+        return _get_kernel(
+            repo_id, version, revision, fallback, check, speed_check, trust_remote_code, publisher_keys,
+            sigstore_identities, lockfile, endpoint, token, backend,
+        )  # fmt: skip
+
+
+def _get_kernel(
+    repo_id, version, revision, fallback, check, speed_check, trust_remote_code, publisher_keys,
+    sigstore_identities, lockfile, endpoint, token, backend,
+) -> types.ModuleType:  # fmt: skip
     load = plan_load(
         repo_id,
         version,
@@ -277,7 +295,7 @@ def plan_load(
     except FetchError as e:
         raise KernelLoadError(f"{repo_id}: nothing to load and no reference to fall back to: {e}") from e
     env = current_env()
-    resolution = resolve_variant(metas, env, backend=backend)
+    resolution = cached_resolution(metas, env, backend, commit, hub.own_dir("resolutions"))
     order, speedups = recorded_order(
         resolution.accepted, parse_records(speed_records(hub, repo_id, commit)), env
     )
@@ -571,10 +589,38 @@ def load_variant(load: _Load, name: str) -> tuple[types.ModuleType, dict]:
     """Download, verify and import `build/<name>` (no check); Refused says why not."""
     path, verification = _fetch_verified(load, name)
     try:
-        module = _import_from_path(path, {}, RepoInfo(repo_id=load.repo_id, revision=load.commit))
+        module = import_variant(path, load.metas[name])
+    except Refused:
+        raise
     except Exception as e:  # any import-time failure of foreign code refuses the variant
         raise Refused(f"import failed: {type(e).__name__}: {e}") from e
     return module, verification
+
+
+_imported: dict[Path, types.ModuleType] = {}  # variant folder -> its module, as kernels keeps them
+
+
+def import_variant(path: Path, metadata: dict) -> types.ModuleType:
+    """Import `build/<v>` as kernels does: its __init__.py under the module name `metadata.id` (unique per build,
+    so two versions coexist), once per folder per process. Our own few lines instead of kernels.importer:
+    importing kernels costs ~0.2 s, most of a warm load (the module is not in kernels.get_loaded_kernels())."""
+    if path in _imported:
+        return _imported[path]
+    name = metadata.get("id")
+    if not isinstance(name, str) or not name:
+        raise Refused(
+            f"metadata.json of build/{path.name} has no `id` (the module name kernels uses): {name!r}"
+        )
+    spec = importlib.util.spec_from_file_location(name, _package_init(path, metadata))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)  # a later try imports from scratch
+        raise
+    _imported[path] = module
+    return module
 
 
 def _package_init(path: Path, metadata: dict) -> Path:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-
-from kernels._rust import KernelDependency, KernelLock, KernelLocks, KernelVersion
+from typing import TYPE_CHECKING
 
 from registry.errors import KernelHubError
 
 from .fetch import Hub, resolve_commit
+
+if TYPE_CHECKING:
+    from kernels._rust import KernelVersion
 
 LOCK_FILE = "kernels.lock"
 
@@ -50,6 +52,8 @@ def project_dependencies(project_dir: Path) -> dict[str, int]:
 
 def lock_text(hub: Hub, dependencies: Mapping[str, int]) -> str:
     """The `kernels.lock` text pinning each `repo id -> version` to the commit its branch vN is at now."""
+    from kernels._rust import KernelDependency, KernelLock, KernelLocks, KernelVersion  # 0.2 s: on use only
+
     locks = {
         KernelDependency(repo_id=repo, version=KernelVersion.Version(version)): KernelLock(
             commit=resolve_commit(hub, repo, version, None)
@@ -61,6 +65,11 @@ def lock_text(hub: Hub, dependencies: Mapping[str, int]) -> str:
 
 def locked_commit(lockfile: Path, repo_id: str, version: int | None = None) -> str:
     """The commit `lockfile` pins `repo_id` to; LockError when it is not locked there (or for another version)."""
+    from kernels._rust import (  # importing kernels costs 0.2 s: only with a lockfile
+        KernelLocks,
+        KernelVersion,
+    )
+
     path = Path(lockfile)
     try:
         locks = KernelLocks.from_json(path.read_text())
@@ -86,6 +95,8 @@ def locked_commit(lockfile: Path, repo_id: str, version: int | None = None) -> s
 
 
 def _spec(version: KernelVersion) -> str:
+    from kernels._rust import KernelVersion
+
     if isinstance(version, KernelVersion.Version):
         return f"version {version.version}"
     return f"revision {version.revision}"
