@@ -243,6 +243,9 @@ def test_client_disconnects_are_logged_as_such(hub, setup):
         time.sleep(0.1)
     new = hub.log()[len(before) :]
     assert "Traceback" not in new and "internal error" not in new, new
+    cut = [line for line in new.splitlines() if line.startswith("client disconnected")]
+    assert any(f"on POST /api/kernels/{REPO}/commit/main" in line for line in cut), cut
+    assert any(f"on GET /kernels/{REPO}/resolve/main/big.bin (answer cut after" in line for line in cut), cut
 
 
 def test_small_requests_go_on_while_one_client_sends_heavy_input(hub):
