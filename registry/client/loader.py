@@ -55,7 +55,6 @@ from .resolve import (
     Resolution,
     cached_resolution,
     current_env,
-    reference_sources,
     resolve_variant,
     trace_lines,
 )
@@ -377,7 +376,7 @@ def _plan_local(
 def _fallback(load: _Load, attempts: list[str], reason: str, mode: str) -> types.ModuleType:
     """The reference package from the first verifiable variant, compiled or eager, with its check."""
     source_failures: list[str] = []
-    for name in reference_sources(load.metas):
+    for name in load.resolution.references:
         try:
             path, verification = _fetch_verified(load, name)
             reference, api = _reference(None, load.metas[name], _package_init(path, load.metas[name]))

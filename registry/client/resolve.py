@@ -80,6 +80,7 @@ class Resolution:
     chosen: str | None
     verdicts: tuple[Verdict, ...]
     fallback_reason: str | None
+    references: tuple[str, ...] = ()  # variants to take the fallback's reference from, best first
 
     @property
     def accepted(self) -> tuple[str, ...]:
@@ -249,10 +250,11 @@ def resolve_variant(variants: Mapping[str, dict], env: Env, *, backend: str | No
     order = [names[d.variant] for d in kv._sort_variants([kv.VariantAccepted(v) for v in names])]
     ordered = [verdicts[n] for n in order] + [vd for n, vd in verdicts.items() if not vd.accepted]
     chosen = order[0] if order else None
-    return Resolution(chosen, tuple(ordered), None if chosen else _fallback_reason(ordered, env, backend))
+    why_not = None if chosen else _fallback_reason(ordered, env, backend)
+    return Resolution(chosen, tuple(ordered), why_not, tuple(reference_sources(variants)))
 
 
-RESOLUTION_FORMAT = 1  # bump when what resolve_variant decides changes for the same inputs
+RESOLUTION_FORMAT = 2  # bump when what resolve_variant decides changes for the same inputs
 
 
 def cached_resolution(
@@ -271,9 +273,8 @@ def cached_resolution(
     path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
     try:
         saved = json.loads(path.read_text())
-        return Resolution(
-            saved["chosen"], tuple(Verdict(**v) for v in saved["verdicts"]), saved["fallback_reason"]
-        )
+        verdicts = tuple(Verdict(**v) for v in saved["verdicts"])
+        return Resolution(saved["chosen"], verdicts, saved["fallback_reason"], tuple(saved["references"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not decided yet here, or an unreadable file: decide again
     resolution = resolve_variant(variants, env, backend=backend)
@@ -281,6 +282,7 @@ def cached_resolution(
         "chosen": resolution.chosen,
         "verdicts": [dataclasses.asdict(v) for v in resolution.verdicts],
         "fallback_reason": resolution.fallback_reason,
+        "references": list(resolution.references),
     }
     try:
         write_atomic(path, json.dumps(saved).encode())
