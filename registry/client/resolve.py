@@ -254,20 +254,43 @@ def resolve_variant(variants: Mapping[str, dict], env: Env, *, backend: str | No
     return Resolution(chosen, tuple(ordered), why_not, tuple(reference_sources(variants)))
 
 
-RESOLUTION_FORMAT = 2  # bump when what resolve_variant decides changes for the same inputs
+RESOLUTION_FORMAT = 2  # the cached file's layout
+
+
+def _rules_digest() -> str:
+    """sha256 of the code that decides (this module and the arch rules): a changed rule is a new decision."""
+    h = hashlib.sha256()
+    for path in (Path(__file__), Path(__file__).parents[1] / "spec" / "arch.py"):
+        try:
+            h.update(path.read_bytes())
+        except OSError:  # no source files (a frozen install): the package version has to do
+            try:
+                h.update(importlib.metadata.version("kernel-hub").encode())
+            except importlib.metadata.PackageNotFoundError:
+                h.update(b"unknown")
+    return h.hexdigest()
 
 
 def cached_resolution(
     variants: Mapping[str, dict], env: Env, backend: str | None, commit: str, folder: Path
 ) -> Resolution:
     """`resolve_variant` of a commit's variants, remembered in `folder` per (commit, variant names, Env, backend,
-    kernels version): a commit never changes, so a warm load decides without importing kernels at all."""
+    kernels version, the deciding code): a commit never changes, so a warm load decides without importing
+    kernels at all."""
     try:
         kernels_version = importlib.metadata.version("kernels")
     except importlib.metadata.PackageNotFoundError:
         kernels_version = None
     key = json.dumps(
-        [RESOLUTION_FORMAT, commit, sorted(variants), dataclasses.asdict(env), backend, kernels_version],
+        [
+            RESOLUTION_FORMAT,
+            _rules_digest(),
+            commit,
+            sorted(variants),
+            dataclasses.asdict(env),
+            backend,
+            kernels_version,
+        ],
         sort_keys=True,
     )
     path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"

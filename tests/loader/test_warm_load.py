@@ -62,6 +62,9 @@ def test_the_cached_resolution_is_the_fresh_one_per_env_backend_and_commit(tmp_p
         ]  # detail: compare=False
     with pytest.raises(AssertionError, match="decided again"):
         cached_resolution(SHIPPED, env("sm_90"), None, "d" * 40, tmp_path)  # another commit
+    monkeypatch.setattr(resolve, "_rules_digest", lambda: "changed rules")  # a kernel-hub with other rules
+    with pytest.raises(AssertionError, match="decided again"):
+        cached_resolution(SHIPPED, env("sm_90"), None, "c" * 40, tmp_path)
 
 
 def test_an_unreadable_cached_decision_is_made_again(tmp_path):
