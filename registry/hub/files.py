@@ -19,6 +19,7 @@ from starlette.responses import (
 from . import manifest as mf
 from .errors import HubError
 from .routing import route
+from .storage import db
 from .web import Call, ok
 
 
@@ -110,10 +111,11 @@ class BlobResponse(FileResponse):
 
 
 def resolve_file(call: Call):
-    repo = call.repo()
-    commit_id = call.hub.store.resolve(repo, call.p["rev"])
-    path = call.p["path"]
-    entry = call.hub.store.manifest(repo, commit_id).get(path)
+    with db.reading(call.hub.store.engine):  # the repo, the ref and (once) the manifest: one transaction
+        repo = call.repo()
+        commit_id = call.hub.store.resolve(repo, call.p["rev"])
+        path = call.p["path"]
+        entry = call.hub.store.manifest(repo, commit_id).get(path)
     if entry is None:
         raise HubError(
             "EntryNotFound",

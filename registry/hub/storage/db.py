@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from sqlalchemy import (
@@ -201,7 +202,31 @@ def write_tx(engine: Engine):
             yield conn
 
 
+# The read transaction of a `reading()` block, per engine: read_tx inside it reuses that one.
+_reading: ContextVar[dict | None] = ContextVar("kernel_hub_reading", default=None)
+
+
 @contextmanager
 def read_tx(engine: Engine):
+    shared = (_reading.get() or {}).get(id(engine))
+    if shared is not None:
+        yield shared
+        return
     with engine.connect() as conn, conn.begin():
         yield conn
+
+
+@contextmanager
+def reading(engine: Engine):
+    """Every read_tx inside shares one connection and one transaction: a request that only reads (a download:
+    repo, then ref) takes one pooled connection and commits once instead of once per lookup. Not for requests
+    that write: their own later reads would not see what they wrote."""
+    if (_reading.get() or {}).get(id(engine)) is not None:
+        yield
+        return
+    with engine.connect() as conn, conn.begin():
+        token = _reading.set({**(_reading.get() or {}), id(engine): conn})
+        try:
+            yield
+        finally:
+            _reading.reset(token)

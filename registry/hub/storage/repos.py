@@ -55,6 +55,9 @@ class Ref:
     commit_id: str
 
 
+MAX_KNOWN_COMMITS = 100_000
+
+
 class RepoStore:
     MAX_COMMIT_ATTEMPTS = 20  # CAS retries for commits without parentCommit (last writer wins)
 
@@ -63,6 +66,7 @@ class RepoStore:
         self._manifests: OrderedDict[tuple[int, str], Manifest] = OrderedDict()
         self._lock = Lock()
         self._rows = RowCache(engine)
+        self._commits: set[tuple[int, str]] = set()  # (repo id, full commit id) known to exist
 
     # --- repos ---------------------------------------------------------------------------------
     def get(self, type_: str, namespace: str, name: str) -> Repo | None:
@@ -142,6 +146,8 @@ class RepoStore:
             cid = self.ref(repo, kind, name)
             if cid:
                 return cid
+        if (repo.id, rev) in self._commits:  # a commit is never changed, and a repo id never reused
+            return rev
         if HEX_PREFIX.match(rev or ""):
             with db.read_tx(self.engine) as c:
                 found = (
@@ -156,6 +162,11 @@ class RepoStore:
                     .all()
                 )
             if len(found) == 1:
+                if found[0] == rev:
+                    with self._lock:
+                        if len(self._commits) >= MAX_KNOWN_COMMITS:
+                            self._commits.clear()
+                        self._commits.add((repo.id, rev))
                 return found[0]
         raise HubError(
             "RevisionNotFound", f"Invalid rev id: {rev!r} is not a branch, tag or commit of {repo.repo_id}"
