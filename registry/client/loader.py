@@ -83,7 +83,11 @@ class Refused(KernelHubError):
     """One variant was refused after download: verification, import, check or speed check failed."""
 
 
-def _check_arguments(version, fallback, check, speed_check, trust_remote_code) -> None:
+def _check_arguments(repo_id, version, fallback, check, speed_check, trust_remote_code) -> None:
+    from huggingface_hub.utils import validate_repo_id
+
+    # As HfApi would (fetch.py asks the refs route itself): a clear ValueError before any request or cache path.
+    validate_repo_id(repo_id)
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
         raise TypeError(
             f"version must be an int (the N of branch vN), not {type(version).__name__} {version!r}"
@@ -125,7 +129,7 @@ def get_kernel(
     names the commit instead of a version lookup; `sigstore_identities` are the workflows whose keyless
     signature (metadata.json.sigstore) may vouch for a build; `$LOCAL_KERNELS` loads from a folder here.
     """
-    _check_arguments(version, fallback, check, speed_check, trust_remote_code)
+    _check_arguments(repo_id, version, fallback, check, speed_check, trust_remote_code)
     with gc_paused():  # registry/gcpause.py: half of a warm load was full collections over torch's objects
         return _get_kernel(
             repo_id, version, revision, fallback, check, speed_check, trust_remote_code, publisher_keys,

@@ -79,3 +79,15 @@ def test_an_unreadable_cached_decision_is_made_again(tmp_path):
 def test_repo_folder_is_huggingface_hubs_cache_layout():
     for repo in ("acme/fused-mlp", "a/b", "org-1/name.with.dots"):
         assert repo_folder(repo) == repo_folder_name(repo_id=repo, repo_type="kernel")
+
+
+@pytest.mark.parametrize("bad", ["a/../b", "acme/x y", "a/b/c"])
+def test_a_bad_repo_id_is_a_clear_error_before_any_request(bad, tmp_path, monkeypatch):
+    """fetch.py asks the refs route itself; the repo id is still checked as HfApi checks it."""
+    from registry import get_kernel
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens: a request would be unreachable
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
+    with pytest.raises(ValueError, match="Repo id must"):
+        get_kernel(bad, version=1)
+    assert not any(tmp_path.iterdir())
