@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -26,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from registry.atomic import write_atomic
 from registry.spec.arch import Arch, parse_arch, ptx_runs_on, sass_runs_on
+from registry.spec.variant import ArchTarget, arch_targets
 
 if TYPE_CHECKING:
     from kernels.variants import Variant
@@ -39,8 +41,6 @@ def _kernels():
 
     return kernels.backends, kernels.variants
 
-
-from registry.spec.variant import ArchTarget, arch_targets
 
 NO_CUDA_DEVICE = "no CUDA device"
 
@@ -257,6 +257,7 @@ def resolve_variant(variants: Mapping[str, dict], env: Env, *, backend: str | No
 RESOLUTION_FORMAT = 2  # the cached file's layout
 
 
+@functools.cache  # the code does not change while the process runs: read it once, not on every load
 def _rules_digest() -> str:
     """sha256 of the code that decides (this module and the arch rules): a changed rule is a new decision."""
     h = hashlib.sha256()
