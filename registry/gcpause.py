@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def gc_paused():
+    """`with gc_paused():`, or `@gc_paused()` on a function."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

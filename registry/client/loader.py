@@ -105,6 +105,7 @@ def _check_arguments(repo_id, version, fallback, check, speed_check, trust_remot
         raise TypeError(f"trust_remote_code must be a bool or a list of repo ids, not {trust_remote_code!r}")
 
 
+@gc_paused()  # registry/gcpause.py: half of a warm load was full collections over torch's objects
 def get_kernel(
     repo_id: str,
     version: int | None = None,
@@ -130,17 +131,6 @@ def get_kernel(
     signature (metadata.json.sigstore) may vouch for a build; `$LOCAL_KERNELS` loads from a folder here.
     """
     _check_arguments(repo_id, version, fallback, check, speed_check, trust_remote_code)
-    with gc_paused():  # registry/gcpause.py: half of a warm load was full collections over torch's objects
-        return _get_kernel(
-            repo_id, version, revision, fallback, check, speed_check, trust_remote_code, publisher_keys,
-            sigstore_identities, lockfile, endpoint, token, backend,
-        )  # fmt: skip
-
-
-def _get_kernel(
-    repo_id, version, revision, fallback, check, speed_check, trust_remote_code, publisher_keys,
-    sigstore_identities, lockfile, endpoint, token, backend,
-) -> types.ModuleType:  # fmt: skip
     load = plan_load(
         repo_id,
         version,
@@ -252,6 +242,11 @@ class _Load:
         return parse_arch(target[1]).same_cc(parse_arch(self.env.gpu_arch))
 
 
+def _device(env: Env, backend: str | None) -> str:
+    """Where the kernel is checked and runs: the GPU when there is one, unless the CPU backend was asked for."""
+    return "cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu"
+
+
 def plan_load(
     repo_id: str,
     version: int | None,
@@ -310,7 +305,7 @@ def plan_load(
         resolution=resolution,
         order=tuple(order),
         env=env,
-        device="cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu",
+        device=_device(env, backend),
         check=check,
         speed_check=speed_check,
         cache=CheckCache(hub.cache),
@@ -365,7 +360,7 @@ def _plan_local(
         resolution=resolution,
         order=tuple(resolution.accepted),
         env=env,
-        device="cuda" if env.gpu_arch is not None and backend != "cpu" else "cpu",
+        device=_device(env, backend),
         check=check,
         speed_check=speed_check,
         cache=CheckCache(hub.cache),
