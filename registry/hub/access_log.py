@@ -2,7 +2,9 @@
 
 An ASGI middleware around the hub's app (`create_app` wraps it), logging at INFO on `registry.hub.access`,
 so `kernel-hub serve --log-level info` (the default) shows every request and `warning` none. The line is
-written when the answer is complete (or the client went away: status `-`), never before.
+written when the answer is complete (or the client went away: status `-`), never before. An answer with fewer
+body bytes than its Content-Length (the client left mid-download: starlette stops a file answer quietly and
+uvicorn drops what is sent after) gets a `client disconnected` line first.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class AccessLog:
         if scope["type"] != "http" or not log.isEnabledFor(logging.INFO):
             return await self.app(scope, receive, send)
         started = time.perf_counter()
-        seen = {"status": "-", "bytes": 0, "id": "-"}
+        seen = {"status": "-", "bytes": 0, "id": "-", "length": None}
 
         async def logged_send(message):
             if message["type"] == "http.response.start":
@@ -35,6 +37,8 @@ class AccessLog:
                 for name, value in message.get("headers", ()):
                     if name.lower() == b"x-request-id":
                         seen["id"] = value.decode("latin-1")
+                    elif name.lower() == b"content-length" and value.isdigit():
+                        seen["length"] = int(value)
             elif message["type"] == "http.response.body":
                 seen["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -45,6 +49,12 @@ class AccessLog:
             client = scope.get("client")
             query = scope.get("query_string") or b""
             path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+            length = seen["length"]
+            if scope["method"] != "HEAD" and length is not None and seen["bytes"] < length:
+                log.info(
+                    "client disconnected %s on %s %s (answer cut after %d of %d bytes)",
+                    seen["id"], scope["method"], path, seen["bytes"], length,
+                )  # fmt: skip
             log.info(
                 "%s %s %s %s%s %s %s %.1f ms %s",
                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -67,25 +67,6 @@ def open_hub(storage: Storage, config: HubConfig, extensions: Sequence[PageSecti
     )
 
 
-class _BodyCount:
-    """An ASGI `send` that counts the body bytes of an answer against its Content-Length."""
-
-    def __init__(self, send: Send):
-        self._send, self.length, self.body = send, None, 0
-
-    async def __call__(self, message) -> None:
-        if message["type"] == "http.response.start":
-            for name, value in message.get("headers", ()):
-                if name.lower() == b"content-length" and value.isdigit():
-                    self.length = int(value)
-        elif message["type"] == "http.response.body":
-            self.body += len(message.get("body", b""))
-        await self._send(message)
-
-    def cut(self, method: str) -> bool:
-        return method != "HEAD" and self.length is not None and self.body < self.length
-
-
 class HubApp:
     """The hub as an ASGI application (HTTP and lifespan); `.hub` holds its stores and config."""
 
@@ -107,15 +88,7 @@ class HubApp:
             if response is None:
                 return
             response.headers["X-Request-Id"] = request_id  # the client quotes it in its error messages
-            sent = _BodyCount(send)
-            await response(scope, receive, sent)
-            if sent.cut(request.method):
-                # starlette stops a file answer quietly when the client goes, and uvicorn drops what is sent
-                # after: only the shortfall tells.
-                log.info(
-                    "client disconnected %s on %s %s (answer cut after %d of %d bytes)",
-                    request_id, request.method, _path(request), sent.body, sent.length,
-                )  # fmt: skip
+            await response(scope, receive, send)  # an answer cut short by the client: access_log.py says so
         except (ClientDisconnect, ClientDisconnected, ConnectionError) as e:
             # The client went away mid-request or mid-answer: nothing to answer, nothing broken.
             log.info("client disconnected %s on %s %s (%r)", request_id, request.method, _path(request), e)
