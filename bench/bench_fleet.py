@@ -25,18 +25,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench_serve import REPO, REPO_ROOT, SIZES, make_files, measure, publish
+from bench_serve import REPO, REPO_ROOT, make_files, measure, publish, save
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # fleet_hub imports its neighbours as top-level modules
 
@@ -145,18 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             }
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
-            "load_average_after": os.getloadavg(),
-            "nginx": subprocess.run(
-                ["nginx", "-v"], check=False, capture_output=True, text=True
-            ).stderr.strip(),
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "sizes": {k: {"bytes": s, "files": n} for k, (s, n) in SIZES.items()},
-        }
-        args.out.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios}, indent=2) + "\n")
+        save(args, results, ratios, load_average_after=os.getloadavg())
     return 0
 
 

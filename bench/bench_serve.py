@@ -109,6 +109,20 @@ def measure(
         )
 
 
+def save(args, results: dict, ratios: dict, **more_meta) -> None:
+    """The raw results with what they were measured on (date, machine, nginx, options, files) to `args.out`."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+        **more_meta,
+        "nginx": subprocess.run(["nginx", "-v"], check=False, capture_output=True, text=True).stderr.strip(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "sizes": {k: {"bytes": s, "files": n} for k, (s, n) in SIZES.items()},
+    }
+    args.out.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios}, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
@@ -204,17 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios["large_mb_s_vs_old_hub"] = results[best]["2MiB"]["mb_s"] / results["old-hub-1"]["2MiB"]["mb_s"]
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
-            "nginx": subprocess.run(
-                ["nginx", "-v"], check=False, capture_output=True, text=True
-            ).stderr.strip(),
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "sizes": {k: {"bytes": s, "files": n} for k, (s, n) in SIZES.items()},
-        }
-        args.out.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios}, indent=2) + "\n")
+        save(args, results, ratios)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
