@@ -9,7 +9,8 @@ Steps, each in a fresh interpreter with its own time limit, the JSON report rewr
 4. `bench`: `kernel-hub bench REPO --version 1 --no-compile` (times every variant, records it on `compat`).
 5. `cold_after_bench`: first-ever load again, now ordered by the speed record.
 Per load: seconds for `import torch` and from then to the loaded kernel (`get_kernel_s`: every import it needs
-included; the profiled step times get_kernel alone, after a CUDA context), HTTP requests (huggingface_hub's client,
+included; the profiled step times get_kernel alone, after a CUDA context), whether it started CUDA
+(`cuda_started`), HTTP requests (huggingface_hub's client,
 which kernel-hub's requests go through too), and what was chosen and why (`__kernel_info__`).
 
     python bench/loader_h200.py --repo acme/fused-mlp-loader --out OUT/loader.json   (HF_ENDPOINT, HF_TOKEN set)
@@ -42,14 +43,16 @@ set_client_factory(lambda: httpx2.Client(
 import registry
 kw = json.loads(os.environ["LOAD_KWARGS"])
 extra = {}
-if os.environ.get("LOAD_PROFILE") == "1":  # where a warm load's time goes: the CUDA context first, then a profile
+profile = os.environ.get("LOAD_PROFILE") == "1"
+if profile:  # where a warm load's time goes: the CUDA context first, then a profile
     t0 = time.perf_counter(); torch.empty(1, device="cuda"); extra["cuda_context_s"] = round(time.perf_counter() - t0, 3)
     import cProfile, io, pstats
     prof = cProfile.Profile(); prof.enable()
 t0 = time.perf_counter(); m = registry.get_kernel(os.environ["LOAD_REPO"], **kw); t_load = time.perf_counter() - t0
-if not extra:
+extra["cuda_started"] = torch.cuda.is_initialized()  # did get_kernel (or the kernel's import) start CUDA?
+if not profile:
     t_load = time.perf_counter() - t_start
-if extra:
+if profile:
     prof.disable(); text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(40)
     extra["profile"] = text.getvalue()[-12000:]
@@ -126,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         report[name] = result
         args.out.write_text(json.dumps(report, indent=2))
         brief = {
-            k: result.get(k) for k in ("get_kernel_s", "requests", "variant", "source", "error", "wall_s")
+            k: result.get(k)
+            for k in ("get_kernel_s", "cuda_started", "requests", "variant", "source", "error", "wall_s")
         }
         print(f"[loader] {name}: {json.dumps(brief)}", flush=True)
         return result

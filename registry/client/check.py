@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 
 from registry.atomic import write_atomic
 from registry.errors import KernelHubError
+
+from .gpu import current_gpu
 
 # A correct kernel stays below these; a wrong epilogue, bias or scale lands orders of magnitude above.
 FLOOR = {torch.float32: 5e-3, torch.float16: 5e-3, torch.bfloat16: 3e-2}
@@ -245,9 +246,9 @@ class CheckCrashed(KernelHubError, RuntimeError):
 
 def device_label(device: str) -> str:
     """The GPU name and arch, or "cpu": part of the cache key (a pass on one GPU says nothing of another)."""
-    if device == "cuda":
-        major, minor = torch.cuda.get_device_capability()
-        return f"{torch.cuda.get_device_name()} sm_{major}{minor}"
+    gpu = current_gpu() if device == "cuda" else None
+    if gpu is not None:
+        return f"{gpu[0]} sm_{gpu[1]}{gpu[2]}"
     return "cpu"
 
 
@@ -277,6 +278,8 @@ class JsonCache:
 
     def put_raw(self, key: str, entry: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock  # writes only: a warm load reads and does not import it
+
         with FileLock(self.path.with_name(self.path.name + ".lock")):
             data = self._read()
             data[key] = entry

@@ -29,6 +29,8 @@ from registry.atomic import write_atomic
 from registry.spec.arch import Arch, parse_arch, ptx_runs_on, sass_runs_on
 from registry.spec.variant import ArchTarget, arch_targets
 
+from .gpu import current_gpu
+
 if TYPE_CHECKING:
     from kernels.variants import Variant
 
@@ -351,7 +353,7 @@ def reference_sources(variants: Mapping[str, dict]) -> list[str]:
 
 
 def current_env() -> Env:
-    """The Env of this process: platform, Python, torch, the first CUDA device, Triton, driver."""
+    """The Env of this process: platform, Python, torch, the current CUDA device, Triton, driver."""
     os_name = platform.system().lower()
     cpu = platform.machine()
     cpu = {"arm64": "aarch64", "AMD64": "x86_64"}.get(cpu, cpu)
@@ -366,9 +368,9 @@ def current_env() -> Env:
         torch_version = torch.__version__.split("+")[0]
         cuda = torch.version.cuda
         cxx11 = bool(torch.compiled_with_cxx11_abi())
-        if cuda is not None and torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability(0)
-            gpu_arch = f"sm_{major}{minor}"
+        gpu = current_gpu()  # NVML when certain: no CUDA initialisation on a warm load
+        if gpu is not None:
+            gpu_arch = f"sm_{gpu[1]}{gpu[2]}"
             driver = _driver_cuda_version()
     try:
         triton = importlib.metadata.version("triton")
