@@ -1,7 +1,7 @@
 """fused_mlp: fused MLP ops (Triton or CUDA backend) with an eager reference of the same API.
 
 Backend choice (docs/CONTRACTS.md): the `cuda` subpackage when present and available, else `triton`,
-else `reference`. CPU tensors go to `reference`, except under TRITON_INTERPRET=1, where the Triton
+else `reference`, made when torch starts CUDA (not at import: asking the device starts CUDA). CPU tensors go to `reference`, except under TRITON_INTERPRET=1, where the Triton
 kernels run on them through the interpreter (how CI tests the kernels). Each public function picks the
 module by its first tensor's device inline: it is the only Python frame between a caller and the backend.
 """
@@ -49,7 +49,48 @@ def _select_backend() -> tuple[str, ModuleType, dict[str, str]]:
     return "reference", reference, skipped
 
 
-BACKEND, _GPU_OPS, BACKEND_SKIPPED = _select_backend()
+def _choose_gpu_backend() -> None:
+    """Bind BACKEND, BACKEND_SKIPPED and the GPU ops module. Never raises: it may run inside torch's CUDA
+    start-up, where an exception would break the caller's first CUDA call."""
+    global BACKEND, BACKEND_SKIPPED, _GPU_OPS
+    try:
+        BACKEND, _GPU_OPS, BACKEND_SKIPPED = _select_backend()
+    except Exception as exc:  # noqa: BLE001 - reported in BACKEND_SKIPPED; eager reference ops still run
+        BACKEND, _GPU_OPS, BACKEND_SKIPPED = "reference", reference, {"all": f"{type(exc).__name__}: {exc}"}
+
+
+class _GpuOpsPending:
+    """The GPU ops module until CUDA has started. Choosing a backend asks the device (capability), which
+    starts CUDA (~0.3 s on an H200): importing the package must not pay that, so the choice runs as part
+    of torch's CUDA start-up (torch.cuda._lazy_call), before any CUDA tensor exists. Only a CUDA tensor
+    that torch made without starting CUDA could meet this stand-in: it chooses then."""
+
+    def __getattr__(self, name: str):
+        _choose_now()
+        return getattr(_GPU_OPS, name)
+
+
+def _choose_now() -> None:
+    """Choose at once (BACKEND read before CUDA started, or a CUDA tensor torch made without starting it)."""
+    if isinstance(_GPU_OPS, _GpuOpsPending):
+        if torch.cuda.is_available():
+            torch.cuda.init()  # runs the queued choice
+        if isinstance(_GPU_OPS, _GpuOpsPending):
+            _choose_gpu_backend()
+
+
+def __getattr__(name: str):
+    if name in ("BACKEND", "BACKEND_SKIPPED"):
+        _choose_now()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_GPU_OPS: ModuleType | _GpuOpsPending = _GpuOpsPending()
+if torch.version.cuda is None or torch.cuda.is_initialized():
+    _choose_gpu_backend()  # nothing to defer: no CUDA build, or CUDA is up already
+else:
+    torch.cuda._lazy_call(_choose_gpu_backend)
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _CPU_OPS: ModuleType = reference
 if INTERPRET:
