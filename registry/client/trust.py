@@ -19,7 +19,6 @@ from typing import Protocol
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from filelock import FileLock
 from httpx2 import HTTPError
 from huggingface_hub.errors import HfHubHTTPError
 
@@ -27,7 +26,6 @@ from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 from registry.spec.signing import SignatureError, key_id, public_key_b64, verify_metadata
 
-from . import keyless
 from .fetch import Hub, HubUnreachable, namespace_url
 from .repo_keys import RepoKeyFiles
 
@@ -91,6 +89,8 @@ class PinFile:
     def update(self, change) -> dict:
         """Apply `change(data)` under the file lock and write the result atomically; returns it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock  # writes only: a warm load reads and does not import it
+
         with FileLock(self.path.with_name(self.path.name + ".lock")):
             data = self.read() or {
                 "schema": PIN_SCHEMA,
@@ -286,6 +286,8 @@ def verify_keyless_signature(
     signature already vouches for the build): then a signer outside the policy is only reported. Raises
     Untrusted for a signer outside the policy, or a repository other than the one pinned.
     """
+    from . import keyless  # cryptography.x509 and sigstore: only a variant with a bundle needs them
+
     given = identities is not None or bool(os.environ.get(keyless.IDENTITIES_ENV, "").split())
     accepted = keyless.identities(identities)
     signer = keyless.verify_bundle(meta_bytes, bundle_bytes, accepted, keyless.trusted_root())
