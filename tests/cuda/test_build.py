@@ -163,13 +163,13 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"tma_linear M=8192 N=768: tma_gemm_kernel 128x128 programs 132 ",
         r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 0",
         r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 1",
-        r"tma_gate_up M=1024 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 0",  # one row above 256: no PDL cubin
+        r"tma_gate_up M=1024 N=3072: tma_gate_up_kernel 128x64 programs 132 scratch \d+ pdl 1 store 0",  # its own row up to 1024: PDL
         r"linear M=16 N=1024: linear_kernel 16x16 programs 64 scratch 0 pdl 1",
         r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x8192 programs 384 ",
         # Impl codes: 0 triton, 1 cublaslt, 2 split, 3 cuda, 4 tma
         r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3",
-        r"path M=257 captured 0: gate_up 2 linear 0 act_and_mul 0",
-        r"path M=8192 captured 1: gate_up 2 linear 1 act_and_mul 0",
+        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
+        r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
         r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 3",
     ]
     for pattern in expect:

@@ -69,6 +69,31 @@ def test_gate_up_with_and_without_pre_activation_store(dtype, cfg):
             assert_close(gu, torch.stack([g64, u64]), dtype, "tma gate_up (g, u)")
 
 
+@pytest.mark.parametrize("layout", ("up_first", "one_tensor", "same_tensor"))
+def test_gate_up_reads_its_weights_in_any_layout(layout):
+    """The kernel reads w_gate and w_up as two planes of one 3D tensor, the lower address first: w_up
+    below w_gate, both views of one [2N, K] weight, or one tensor passed twice (no second plane: the
+    portable kernel takes it) must all give act(g) * u with g from w_gate."""
+    dtype = torch.float32
+    x = randn(37, 48, dtype=dtype)
+    if layout == "one_tensor":
+        w = randn(80, 48, dtype=dtype, scale=0.2)
+        wg, wu = w[:40], w[40:]
+    else:
+        wg, wu = randn(40, 48, dtype=dtype, scale=0.2), randn(40, 48, dtype=dtype, scale=0.2)
+        if layout == "same_tensor":
+            wu = wg
+        elif wu.data_ptr() > wg.data_ptr():
+            wg, wu = wu, wg
+    assert (wu.data_ptr() < wg.data_ptr()) == (layout == "up_first")
+    x64, wg64, wu64 = as64(x, wg, wu)
+    g64, u64 = x64 @ wg64.T, x64 @ wu64.T
+    h, gu = torch.full((37, 40), float("nan"), dtype=dtype), torch.full((2, 37, 40), float("nan"), dtype=dtype)
+    forward.gate_up_rows(x, wg, wu, "gelu_tanh", h, SMALL, gu=gu)
+    assert_close(h, ref.act_and_mul(g64, u64, "gelu_tanh"), dtype, f"tma gate_up {layout}")
+    assert_close(gu, torch.stack([g64, u64]), dtype, f"tma gate_up (g, u) {layout}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward_gemms(dtype, hopper_tables):
     """wgrad (A and B transposed), dgrad with the act' epilogue, and the gated backward's four GEMMs."""

@@ -64,11 +64,11 @@ PATHS: dict[str, dict[str, Rows]] = {
     # 44.1 vs 55.8). gate_up: fused Triton one launch, GPU 14-17 vs split 16-19 to M=256, even at
     # 1024-4096 (34.8/34.5, 112.0/111.0), split at 8192 (216.0 vs 223.3). act_and_mul: CUDA 1.8-2.7 vs
     # Triton 2.6-2.8 to M=256 (wall equal), Triton from 1024 (8192: 37.2 vs 40.0). gate_up above 256 rows:
-    # split (see GRAPH_PATHS for why not the Hopper kernel).
+    # the Hopper kernel (see GRAPH_PATHS; wall at 1024 / 2048 rows: 33.5 / 57.3 vs split 37.1 / 62.0).
     "sm_90a": {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
-        "gate_up": ((256, "triton"), (None, "split")),
+        "gate_up": ((256, "triton"), (None, "tma")),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
@@ -82,15 +82,14 @@ PATHS: dict[str, dict[str, Rows]] = {
 GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # H200, GPU µs in a graph (same sweep): linear Triton only at M=1 (24.1 vs 28.3 summed; PDL hides its
     # launch), cuBLASLt from 16 (18.6 vs 21.7) to 8192 (132.3 vs 177.7); gate_up fused Triton to M=256.
-    # gate_up from 257 rows (both tables): split (two cuBLASLt GEMMs + act_and_mul). The Hopper kernel's
-    # 133.4 µs at 8192x(2x3072)x768 (bench/tune_gemm.py) was its warp-specialized form, which wrote NaN on the
-    # H200 (2026-12-03 integration run: bench/check_paths.py and tests/kernels/test_gpu_hopper.py); the
-    # correct form takes 178.4 µs there, against split's ~160-180, so `tma` stays selectable
-    # (bench_paths.py measures it) but no row picks it. The linear Hopper kernel loses to cuBLASLt on every
-    # measured shape (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1).
+    # gate_up from 257 rows (both tables): the Hopper kernel, one GEMM per tile over both weights (2026-12-03
+    # 18:39 UTC sweep, whole gated_mlp H=768 I=3072 in a graph: 1024 rows 33.3 vs split 34.4 and portable
+    # 35.1; 2048: 56.6 vs 57.2; 4096: 104.1 vs 111.3; 8192: 202.6 vs 217.4 and 229.2). At 256 rows the
+    # portable kernel (16.5 vs 18.5). The linear Hopper kernel loses to cuBLASLt on every measured shape
+    # (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1).
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
-        "gate_up": ((256, "triton"), (None, "split")),
+        "gate_up": ((256, "triton"), (None, "tma")),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
 }

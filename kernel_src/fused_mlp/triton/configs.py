@@ -94,12 +94,13 @@ _T = TmaConfig
 TMA_LINEAR: dict[str, TmaTable] = {
     "sm_90a": ((1024, None), (None, (_T(128, 256, 64, 8, 8, 3), _T(128, 128, 64, 8, 8, 4)))),
 }
-# gate_up: never warp-specialized. On the H200 (Triton 3.6, 2026-12-03) the warp-specialized K loop with two
-# accumulators wrote NaN into thousands of elements at every M (its 133.4 µs at 8192 rows was a wrong
-# result); tests/kernels/test_gpu_hopper.py and bench/check_paths.py catch it. Without it, 128x128 w8 s3:
-# 178.4 µs at 8192x(2x3072)x768, 128x64: 246-352, 128x256 does not fit shared memory.
+# gate_up: one dot per K step over the 3D weight view (BN columns of each weight per tile), never
+# warp-specialized (Triton 3.6's warp-specialized loop wrote NaN on the H200, 2026-12-03). H200, bf16,
+# 2026-12-03, bench/gate_up_single_dot.py, GPU µs for (2x3072)x768: 8192 rows 128x128 w8 s4 144.8 (s3 146.6,
+# 128x64 w8 s4 151.1; cuBLAS's one [M, 2I] GEMM alone 112.1, two [M, I] GEMMs 117.4, the old two-accumulator
+# kernel 178.4); 1024 rows 128x64 w8 s4 24.2 (128x128 28.2; cuBLAS two GEMMs 18.6 + act_and_mul).
 TMA_GATE_UP: dict[str, TmaTable] = {
-    "sm_90a": ((256, None), (None, _T(128, 128, 64, 8, 8, 3))),
+    "sm_90a": ((256, None), (1024, _T(128, 64, 64, 8, 8, 4)), (None, _T(128, 128, 64, 8, 8, 4))),
 }
 TMA_DGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}
 TMA_GATED_DGRAD: dict[str, TmaTable] = {"sm_90a": ((None, None),)}

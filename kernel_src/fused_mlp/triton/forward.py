@@ -18,6 +18,7 @@ from .configs import GemmConfig, TmaConfig, elementwise_config
 from .gemm import (
     INTERPRET,
     device_arch,
+    gate_up_fits,
     pick,
     portable,
     ptr_gate_up,
@@ -152,7 +153,11 @@ def gate_up_rows(
     if M == 0 or N == 0:
         return h
     cfg = pick("gate_up", x2, M, N, cfg)
-    if isinstance(cfg, TmaConfig) and tma_ok(x2, w_gate, w_up, h, None if gu is None else gu[0]):
+    if (
+        isinstance(cfg, TmaConfig)
+        and tma_ok(x2, w_gate, w_up, h, None if gu is None else gu[0])
+        and gate_up_fits(w_gate, w_up)
+    ):
         tma_gate_up(x2, w_gate, w_up, h, gu, ACT_CODES[activation], cfg)
         return h
     if isinstance(cfg, TmaConfig):

@@ -79,6 +79,12 @@ def tma_ok(*tensors: torch.Tensor | None) -> bool:
     )
 
 
+def gate_up_fits(wg: torch.Tensor, wu: torch.Tensor) -> bool:
+    """Whether `tma_gate_up_kernel` can read the two weights as planes of one 3D tensor: one row stride, two
+    distinct bases (the same tensor twice has no second plane)."""
+    return wg.stride(0) == wu.stride(0) and wg.data_ptr() != wu.data_ptr()
+
+
 def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     """Triton's global-scratch allocator (TMA descriptors built in the kernel live there)."""
     return torch.empty(size, dtype=torch.int8, device="cuda")

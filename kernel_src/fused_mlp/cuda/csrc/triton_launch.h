@@ -64,6 +64,8 @@ Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured);
 // Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
 // measure each implementation (bench/bench_paths.py). Returns the previous override.
 int set_path_override(Step step, int impl);
+// Whether `step` is forced by set_path_override (a rule that refines the table leaves a forced path alone).
+bool path_forced(Step step);
 
 // What a cubin lookup asks for: the kernel family's specialization and the launch's output size.
 struct CubinQuery {
