@@ -221,7 +221,7 @@ def write_sources(
             f"{-1 if row['max_rows'] is None else row['max_rows']}, "
             f"{c.get('BM', 0)}, {block_n}, {c.get('BK', 0)}, {meta['num_warps']}, {meta.get('num_ctas', 1)}, "
             f"{meta['shared']}, {meta.get('global_scratch_size', 0)}, {meta.get('global_scratch_align', 1)}, "
-            f"{int(bool(meta.get('launch_pdl')))}, {off}ull, {size}ull}},"
+            f"{int(bool(meta.get('launch_pdl')))}, {off}ull, {size}ull, {int(bool(c.get('UP_FIRST', False)))}}},"
         )
     version = aot["triton"] if entries else ""
     lines = [
@@ -253,7 +253,7 @@ def write_sources(
         "const TritonCubin kTritonCubins[] = {",
         *(
             entries
-            or ['  {"", -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull},  // none embedded']
+            or ['  {"", -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull, 0},  // none embedded']
         ),
         "};",
         "const PathRow kPathRows[] = {",

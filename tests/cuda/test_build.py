@@ -162,7 +162,8 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"tma_linear M=8192 N=1024: tma_gemm_kernel 128x256 programs 132 scratch \d+ pdl 0 store 0",
         r"tma_linear M=8192 N=768: tma_gemm_kernel 128x128 programs 132 ",
         r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 0",
-        r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 1",
+        r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 1 up_first 0",
+        r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 0 up_first 1",
         r"tma_gate_up M=1024 N=3072: tma_gate_up_kernel 128x64 programs 132 scratch \d+ pdl 1 store 0",  # its own row up to 1024: PDL
         r"linear M=16 N=1024: linear_kernel 16x16 programs 64 scratch 0 pdl 1",
         r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x8192 programs 384 ",

@@ -6,7 +6,7 @@ FUSED_MLP_VARIANT_DIR=<dist>/build/torch-stable-abi211-cu130-x86_64-linux pytest
 
 import itertools
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -290,7 +290,8 @@ def test_inference_and_training_forwards_agree():
     forward also keeps (g, u): where gate_up is the portable fused kernel (<= 256 rows on sm_90a), which keeps
     them in registers only, training runs split instead (g, u rounded to the dtype before act(g) * u, as
     eager does), so y agrees within the dtype's tolerance there and bit for bit where both run the Hopper
-    kernel (its epilogue computes h the same way whether or not it stores g, u)."""
+    kernel (forced below: the tables run training's gate_up as split; the kernel's epilogue computes h the
+    same way whether or not it stores g, u)."""
     d = torch.bfloat16
     x = randn(3, 7, 128, dtype=d, device=DEV)
     ws = [randn(256, 128, dtype=d, device=DEV, scale=0.1), randn(64, 256, dtype=d, device=DEV, scale=0.1)]
@@ -313,6 +314,33 @@ def test_inference_and_training_forwards_agree():
         with forced("gate_up", "tma"):
             assert torch.equal(NS.cuda_gated_mlp_train(x, wg, wu, wd, "silu")[0],
                                NS.cuda_gated_mlp_infer(x, wg, wu, wd, "silu"))  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ("separate", "up_first", "one_tensor"))
+def test_hopper_gate_up_reads_weights_in_any_layout(layout):
+    """The Hopper gate/up kernel reads w_gate and w_up as two planes of one 3D tensor, lower address first
+    (a cubin per order): weights allocated apart in either order, or two views of one [2I, H] tensor, at a
+    real layer's K and at the table's own choice (2048 rows) as well as forced (1100 rows)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper kernel ships for sm_90a")
+    d = torch.bfloat16
+    hidden, inter = 768, 3072
+    if layout == "one_tensor":
+        w = randn(2 * inter, hidden, dtype=d, device=DEV, scale=hidden**-0.5)
+        wg, wu = w[:inter], w[inter:]
+    else:
+        wg, wu = (randn(inter, hidden, dtype=d, device=DEV, scale=hidden**-0.5) for _ in range(2))
+        if (wu.data_ptr() < wg.data_ptr()) != (layout == "up_first"):
+            wg, wu = wu, wg
+    assert (wu.data_ptr() < wg.data_ptr()) == (layout == "up_first")
+    wd = randn(hidden, inter, dtype=d, device=DEV, scale=inter**-0.5)
+    with torch.no_grad():
+        for rows, force in ((1100, True), (2048, False)):
+            x = randn(rows, hidden, dtype=d, device=DEV)
+            expected = ref.gated_mlp(*as64(x, wg, wu, wd), "gelu_tanh")
+            with forced("gate_up", "tma") if force else nullcontext():
+                got = ops.gated_mlp(x, wg, wu, wd, "gelu_tanh")
+            assert_close(got, expected, d, f"tma gate_up {layout} M={rows}")
 
 
 def test_opcheck_inference_ops():

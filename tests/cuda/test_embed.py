@@ -123,7 +123,7 @@ def test_real_cubin_parameters_and_generated_table(tmp_path):
     source = (tmp_path / "gen" / embed_cubins.GEN_SOURCE).read_text()
     blob = (tmp_path / "gen" / embed_cubins.BLOB).read_bytes()
     entries = re.findall(
-        r'\{"act_and_mul_kernel", 2, 0, 90, 0, (\d), 0, 0, -1, .*, (\d+)ull, (\d+)ull\}', source
+        r'\{"act_and_mul_kernel", 2, 0, 90, 0, (\d), 0, 0, -1, .*, (\d+)ull, (\d+)ull, 0\}', source
     )
     assert sorted(int(act) for act, _, _ in entries) == [0, 1, 2, 3, 4]
     for _, offset, size in entries:

@@ -105,8 +105,8 @@ def _hopper_rows(arch: str, dtype: str) -> list[ShippedRow]:
     add("tma_gemm_kernel", "linear", lambda cfg, pdl: [
         (gemm_consts(cfg, has_bias=bias, act=act, pdl=pdl), act, bias) for act in _ACTS for bias in (True, False)])  # fmt: skip
     add("tma_gate_up_kernel", "gate_up", lambda cfg, pdl: [
-        (gate_up_consts(cfg, act=act, store_gu=store, pdl=pdl), act, False) for act in _GATED_ACTS
-        for store in (False, True)])  # fmt: skip
+        (gate_up_consts(cfg, act=act, store_gu=store, pdl=pdl, up_first=up_first), act, False)
+        for act in _GATED_ACTS for store in (False, True) for up_first in (False, True)])  # fmt: skip
     add("tma_gemm_kernel", "dgrad", lambda cfg, pdl: [
         (gemm_consts(cfg, b_t=True, act=act, epi=EPI_ACT if act == 0 else EPI_ACT_GRAD, pdl=pdl), act, False)
         for act in _ACTS])  # fmt: skip

@@ -129,7 +129,7 @@ def tma_gate_up(
     gu_ = h if gu is None else gu[0]
     args = (x, wg, wu, h, gu_, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0), gu_.stride(0))
     consts = tma_gate_up_consts(cfg, act=act, store_gu=gu is not None, pdl=uses_pdl(device_arch(x), M),
-                                upcast=upcast, precision=precision)  # fmt: skip
+                                up_first=wu.data_ptr() < wg.data_ptr(), upcast=upcast, precision=precision)  # fmt: skip
     grid = (num_programs(x, triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)),)
     _ensure_allocator()
     launch(TMA_GATE_UP, grid, args, consts, cfg.num_warps, cfg.num_stages)

@@ -9,14 +9,16 @@ using namespace fused_mlp;
 
 namespace {
 
-void cubin(const char* what, Step step, Impl impl, int act, bool bias, bool store_gu, long long m, long long n) {
-  const TritonCubin* c = find_cubin({step, impl, 90, 0, act, bias, store_gu, m, n, 132});
+void cubin(const char* what, Step step, Impl impl, int act, bool bias, bool store_gu, long long m, long long n,
+           bool up_first = false) {
+  const TritonCubin* c = find_cubin({step, impl, 90, 0, act, bias, store_gu, m, n, 132, up_first});
   if (c == nullptr) {
     std::printf("%s M=%lld N=%lld: none\n", what, m, n);
     return;
   }
-  std::printf("%s M=%lld N=%lld: %s %dx%d programs %lld scratch %d pdl %d store %d\n", what, m, n, c->kernel,
-              c->block_m, c->block_n, cubin_programs(*c, m, n, 132), c->global_scratch_bytes, c->pdl, c->store_gu);
+  std::printf("%s M=%lld N=%lld: %s %dx%d programs %lld scratch %d pdl %d store %d up_first %d\n", what, m, n,
+              c->kernel, c->block_m, c->block_n, cubin_programs(*c, m, n, 132), c->global_scratch_bytes, c->pdl,
+              c->store_gu, c->up_first);
 }
 
 }  // namespace
@@ -26,6 +28,7 @@ int main() {
   cubin("tma_linear", Step::Linear, Impl::Tma, 0, false, false, 8192, 768);
   cubin("tma_gate_up", Step::GateUp, Impl::Tma, 3, false, false, 8192, 3072);
   cubin("tma_gate_up", Step::GateUp, Impl::Tma, 3, false, true, 8192, 3072);
+  cubin("tma_gate_up", Step::GateUp, Impl::Tma, 3, false, false, 8192, 3072, true);
   cubin("tma_gate_up", Step::GateUp, Impl::Tma, 4, false, false, 1024, 3072);
   cubin("linear", Step::Linear, Impl::Triton, 1, true, false, 16, 1024);
   cubin("act_and_mul", Step::ActAndMul, Impl::Triton, 3, false, false, 1, 3 << 20);

@@ -128,7 +128,7 @@ void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, con
 }
 
 GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
-                        int align_wg, int align_wu, bool shared_w, Scratch& s, bool store_gu) {
+                        int align_wg, int align_wu, bool shared_w, bool up_first, Scratch& s, bool store_gu) {
   GateUpPlan p;
   p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype, p.store_gu = store_gu;
   p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
@@ -140,7 +140,8 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   const int dt = cubin_dtype(dtype);
   if (p.impl == Impl::Tma) {
     if (dt >= 0 && !shared_w && tma_fits({align_x, align_wg, align_wu}, {k, i}, m))
-      p.cubin = find_cubin({Step::GateUp, Impl::Tma, c.sm, dt, static_cast<int>(act), false, store_gu, m, i, c.sms});
+      p.cubin =
+          find_cubin({Step::GateUp, Impl::Tma, c.sm, dt, static_cast<int>(act), false, store_gu, m, i, c.sms, up_first});
     if (p.cubin != nullptr) {
       p.programs = cubin_programs(*p.cubin, m, i, c.sms);
       p.tma_scratch = s.reserve(triton_scratch_bytes(*p.cubin, p.programs));

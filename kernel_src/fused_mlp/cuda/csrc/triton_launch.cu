@@ -115,23 +115,25 @@ cudaKernel_t load_kernel(int index) {
   return k;
 }
 
-uint64_t cubin_key(int step, int impl, int sm, int dtype, int act, bool has_bias, bool store_gu) {
+uint64_t cubin_key(int step, int impl, int sm, int dtype, int act, bool has_bias, bool store_gu, bool up_first) {
   return (uint64_t(step) << 48) | (uint64_t(impl) << 40) | (uint64_t(sm) << 24) | (uint64_t(dtype) << 16) |
-         (uint64_t(act) << 8) | (uint64_t(has_bias ? 1 : 0) << 1) | uint64_t(store_gu ? 1 : 0);
+         (uint64_t(act) << 8) | (uint64_t(up_first ? 1 : 0) << 2) | (uint64_t(has_bias ? 1 : 0) << 1) |
+         uint64_t(store_gu ? 1 : 0);
 }
 
-// Index rows by (step, impl, sm, dtype, act, bias, store_gu) once, keeping table order (first bound wins).
+// Index rows by (step, impl, sm, dtype, act, bias, store_gu, up_first) once, keeping table order (first bound
+// wins).
 const std::vector<int>* rows_for(const CubinQuery& q) {
   static const auto index = [] {
     std::unordered_map<uint64_t, std::vector<int>> idx;
     for (int i = 0; i < kNumTritonCubins; ++i) {
       const TritonCubin& c = kTritonCubins[i];
-      idx[cubin_key(c.step, c.impl, c.sm, c.dtype, c.act, c.has_bias, c.store_gu)].push_back(i);
+      idx[cubin_key(c.step, c.impl, c.sm, c.dtype, c.act, c.has_bias, c.store_gu, c.up_first)].push_back(i);
     }
     return idx;
   }();
   const auto it = index.find(cubin_key(static_cast<int>(q.step), static_cast<int>(q.impl), q.sm, q.dtype, q.act,
-                                       q.has_bias, q.store_gu));
+                                       q.has_bias, q.store_gu, q.up_first));
   return it == index.end() ? nullptr : &it->second;
 }
 

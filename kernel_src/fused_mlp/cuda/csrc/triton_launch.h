@@ -32,6 +32,7 @@ struct TritonCubin {
   int global_scratch_bytes, global_scratch_align;  // per program; 0: none
   int pdl;                    // compiled to wait on the previous grid: launch with programmatic serialization
   unsigned long long offset, size;  // the image inside kCubinBlob
+  int up_first;               // tma gate_up: compiled for w_up below w_gate in memory (its weight planes swap)
 };
 
 // Path table row: on `sm` (0 = any arch without rows of its own), for calls issued one by one (captured 0)
@@ -75,6 +76,7 @@ struct CubinQuery {
   bool has_bias, store_gu;
   long long rows, cols;  // the output is rows x cols (tile alternatives are picked by last-wave fill)
   int sms;               // SMs of the device (persistent grids)
+  bool up_first = false;  // tma gate_up: w_up lies below w_gate
 };
 // The cubin for this launch, or nullptr: the first row of (step, impl, sm, dtype, act, bias, store_gu) whose
 // bound admits `rows`; among alternatives with that bound (same PDL), the first whose tiles fill at least
