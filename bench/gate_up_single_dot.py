@@ -26,7 +26,9 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fused_mlp.reference as ref
+import harness
 from fused_mlp.triton import configs, forward
 from fused_mlp.triton.activations import activate
 from fused_mlp.triton.tiles import grouped_tile
@@ -106,28 +108,6 @@ def one_dot(x, wg, wu, h, *, three_d, bm, bh, bk, warps, stages, packed=None, se
     )  # fmt: skip
 
 
-def graph_us(fn, calls: int = 10, replays: int = 15) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return sorted(times)[len(times) // 2]
-
-
 # hopper.tma_gate_up_kernel (the kernel users get, JIT here): BM, BN (per weight), warps, stages, epi_split
 KERNEL_CONFIGS = (
     (128, 128, 8, 3, False), (128, 128, 8, 4, False), (128, 128, 8, 3, True), (128, 64, 8, 4, False),
@@ -147,7 +127,7 @@ def sweep(m: int, forms: list[dict], kernel_configs: tuple, results: list[dict])
 
     def row(name, fn, checked=False, **extra):
         try:
-            r = {"name": name, "M": m, "us": round(graph_us(fn), 2), **extra}
+            r = {"name": name, "M": m, "us": round(harness.gpu_us(fn, repeat=10, replays=15), 2), **extra}
             if checked:
                 h.fill_(float("nan"))
                 fn()
