@@ -253,7 +253,9 @@ def write_sources(
         "const TritonCubin kTritonCubins[] = {",
         *(
             entries
-            or ['  {"", -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull, 0},  // none embedded']
+            or [
+                '  {"", -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0ull, 0ull, 0},  // none embedded'
+            ]
         ),
         "};",
         "const PathRow kPathRows[] = {",

@@ -69,6 +69,27 @@ def test_gate_up_with_and_without_pre_activation_store(dtype, cfg):
             assert_close(gu, torch.stack([g64, u64]), dtype, "tma gate_up (g, u)")
 
 
+def test_gate_up_fits_only_weights_one_tma_tensor_can_span():
+    """Distinct bases less than 2**40 bytes apart (TMA's largest stride), one row stride."""
+
+    class W:  # what gate_up_fits reads of a tensor
+        def __init__(self, ptr, ld=768):
+            self.ptr, self.ld = ptr, ld
+
+        def data_ptr(self):
+            return self.ptr
+
+        def stride(self, dim):
+            return self.ld
+
+    base = 1 << 33
+    assert gemm.gate_up_fits(W(base), W(base + 3072 * 768 * 2))
+    assert gemm.gate_up_fits(W(base + 4096), W(base))  # w_up below w_gate
+    assert not gemm.gate_up_fits(W(base), W(base))  # one tensor twice
+    assert not gemm.gate_up_fits(W(base), W(base + (1 << 40)))  # further apart than a TMA stride reaches
+    assert not gemm.gate_up_fits(W(base), W(base + 4096, ld=1024))
+
+
 @pytest.mark.parametrize("layout", ("up_first", "one_tensor", "same_tensor"))
 def test_gate_up_reads_its_weights_in_any_layout(layout):
     """The kernel reads w_gate and w_up as two planes of one 3D tensor, the lower address first: w_up
@@ -88,7 +109,10 @@ def test_gate_up_reads_its_weights_in_any_layout(layout):
     assert (wu.data_ptr() < wg.data_ptr()) == (layout == "up_first")
     x64, wg64, wu64 = as64(x, wg, wu)
     g64, u64 = x64 @ wg64.T, x64 @ wu64.T
-    h, gu = torch.full((37, 40), float("nan"), dtype=dtype), torch.full((2, 37, 40), float("nan"), dtype=dtype)
+    h, gu = (
+        torch.full((37, 40), float("nan"), dtype=dtype),
+        torch.full((2, 37, 40), float("nan"), dtype=dtype),
+    )
     forward.gate_up_rows(x, wg, wu, "gelu_tanh", h, SMALL, gu=gu)
     assert_close(h, ref.act_and_mul(g64, u64, "gelu_tanh"), dtype, f"tma gate_up {layout}")
     assert_close(gu, torch.stack([g64, u64]), dtype, f"tma gate_up (g, u) {layout}")

@@ -67,5 +67,7 @@ def test_nvml_answer_equals_torchs_and_starts_no_cuda():
         "assert found == want, (found, want)\n"
         "assert env.gpu_arch == f'sm_{major}{minor}' and label == f'{want[0]} sm_{major}{minor}', (env, label)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -80,9 +80,10 @@ def tma_ok(*tensors: torch.Tensor | None) -> bool:
 
 
 def gate_up_fits(wg: torch.Tensor, wu: torch.Tensor) -> bool:
-    """Whether `tma_gate_up_kernel` can read the two weights as planes of one 3D tensor: one row stride, two
-    distinct bases (the same tensor twice has no second plane)."""
-    return wg.stride(0) == wu.stride(0) and wg.data_ptr() != wu.data_ptr()
+    """Whether `tma_gate_up_kernel` can read the two weights as planes of one 3D TMA tensor: one row stride,
+    distinct bases (the same tensor twice has no second plane) less than 2**40 bytes apart (TMA's largest
+    stride; allocations from different memory pools can lie further apart)."""
+    return wg.stride(0) == wu.stride(0) and 0 < abs(wu.data_ptr() - wg.data_ptr()) < 1 << 40
 
 
 def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:

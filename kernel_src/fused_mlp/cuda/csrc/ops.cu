@@ -221,7 +221,7 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
   const ScalarType dt = x2.t.scalar_type();
   Scratch s;
   const GateUpPlan gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()),
-                                     alignment_of(wg.ptr()), alignment_of(wu.ptr()), wg.ptr() == wu.ptr(),
+                                     alignment_of(wg.ptr()), alignment_of(wu.ptr()), w_planes_fit(wg.ptr(), wu.ptr()),
                                      wu.ptr() < wg.ptr(), s, keep);
   const LinearPlan down =
       plan_linear(c, x2.rows, wd.rows, wg.rows, Act::None, false, dt, kFreshAlign, alignment_of(wd.ptr()), 16, s);

@@ -2,6 +2,7 @@
 // dtype/alignment/sizes decide whether it can run, else the step's fallback runs (cuBLASLt, CUDA kernels).
 #include "steps.h"
 
+#include <cstdint>
 #include <initializer_list>
 
 #include "elementwise.h"
@@ -127,8 +128,14 @@ void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, con
   act_and_mul(gate, up, out, p.n, p.act, p.dtype, c.stream);
 }
 
+bool w_planes_fit(const void* wg, const void* wu) {
+  const auto a = reinterpret_cast<uintptr_t>(wg), b = reinterpret_cast<uintptr_t>(wu);
+  const uintptr_t dist = a > b ? a - b : b - a;
+  return dist != 0 && dist < (uintptr_t{1} << 40);
+}
+
 GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
-                        int align_wg, int align_wu, bool shared_w, bool up_first, Scratch& s, bool store_gu) {
+                        int align_wg, int align_wu, bool w_planes, bool up_first, Scratch& s, bool store_gu) {
   GateUpPlan p;
   p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype, p.store_gu = store_gu;
   p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
@@ -139,7 +146,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   if (m == 0 || i == 0) return p;
   const int dt = cubin_dtype(dtype);
   if (p.impl == Impl::Tma) {
-    if (dt >= 0 && !shared_w && tma_fits({align_x, align_wg, align_wu}, {k, i}, m))
+    if (dt >= 0 && w_planes && tma_fits({align_x, align_wg, align_wu}, {k, i}, m))
       p.cubin =
           find_cubin({Step::GateUp, Impl::Tma, c.sm, dt, static_cast<int>(act), false, store_gu, m, i, c.sms, up_first});
     if (p.cubin != nullptr) {

@@ -66,10 +66,13 @@ struct GateUpPlan {
   ScalarType dtype;
   bool store_gu;
 };
-// The Hopper kernel reads w_gate and w_up as two planes of one 3D tensor, the lower-addressed first: shared_w
-// (the same tensor twice: no second plane) rules it out; up_first (w_up below w_gate) picks its cubin.
+// The Hopper kernel reads w_gate and w_up as two planes of one 3D TMA tensor, the lower-addressed first:
+// w_planes says it can (w_planes_fit); up_first (w_up below w_gate) picks its cubin.
 GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act act, ScalarType dtype, int align_x,
-                        int align_wg, int align_wu, bool shared_w, bool up_first, Scratch& s, bool store_gu = false);
+                        int align_wg, int align_wu, bool w_planes, bool up_first, Scratch& s, bool store_gu = false);
+// Whether two weights can be the planes of one TMA tensor: distinct bases (the same tensor twice has no second
+// plane) less than 2^40 bytes apart (TMA's largest stride).
+bool w_planes_fit(const void* wg, const void* wu);
 // gu: the [2, M, I] buffer when the plan stores g, u (fresh, 16-byte aligned), else null.
 void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* wg, const void* wu,
                  void* h, void* gu = nullptr);
