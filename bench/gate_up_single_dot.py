@@ -108,11 +108,20 @@ def one_dot(x, wg, wu, h, *, three_d, bm, bh, bk, warps, stages, packed=None, se
     )  # fmt: skip
 
 
-# hopper.tma_gate_up_kernel (the kernel users get, JIT here): BM, BN (per weight), warps, stages, epi_split
+# hopper.tma_gate_up_kernel (the kernel users get, JIT here): BM, BN (per weight), BK, GROUP_M, warps, stages
+_T = configs.TmaConfig
 KERNEL_CONFIGS = (
-    (128, 128, 8, 3, False), (128, 128, 8, 4, False), (128, 128, 8, 3, True), (128, 64, 8, 4, False),
-    (128, 64, 4, 4, False), (64, 128, 4, 4, False),
+    _T(128, 128, 64, 8, 8, 3), _T(128, 128, 64, 8, 8, 4), _T(128, 128, 64, 8, 8, 3, epi_split=True),
+    _T(128, 64, 64, 8, 8, 4), _T(128, 64, 64, 8, 4, 4), _T(64, 128, 64, 8, 4, 4),
 )  # fmt: skip
+
+
+def parse_config(text: str) -> configs.TmaConfig:
+    """`BMxBNxBK/wW/sS[/gG][/split]`, e.g. 128x64x128/w8/s3/g4, into a TmaConfig (BN: columns per weight)."""
+    parts = text.split("/")
+    bm, bn, bk = (int(v) for v in parts[0].split("x"))
+    opts = {p[0]: p[1:] for p in parts[1:] if p != "split"}
+    return _T(bm, bn, bk, int(opts.get("g", 8)), int(opts["w"]), int(opts["s"]), epi_split="split" in parts)
 
 
 def sweep(m: int, forms: list[dict], kernel_configs: tuple, results: list[dict]) -> None:
@@ -144,9 +153,11 @@ def sweep(m: int, forms: list[dict], kernel_configs: tuple, results: list[dict])
     row("cublas one [M,2I] GEMM", lambda: torch.mm(x, wcat.T, out=gu))
     row("cublas two [M,I] GEMMs", lambda: (torch.mm(x, wg.T, out=g1), torch.mm(x, wu.T, out=u1)))
     gu2 = torch.empty(2, m, I, device="cuda", dtype=torch.bfloat16)
-    for bm, bn, warps, stages, split in kernel_configs:
-        cfg = configs.TmaConfig(bm, bn, 64, 8, warps, stages, epi_split=split)
-        name = f"hopper.tma_gate_up_kernel {bm}x{bn}(x2) w{warps} s{stages}{' split' if split else ''}"
+    for cfg in kernel_configs:
+        name = (
+            f"hopper.tma_gate_up_kernel {cfg.BM}x{cfg.BN}(x2)x{cfg.BK} g{cfg.GROUP_M} w{cfg.num_warps} "
+            f"s{cfg.num_stages}{' split' if cfg.epi_split else ''}"
+        )
         row(name, lambda cfg=cfg: forward.gate_up_rows(x, wg, wu, "gelu_tanh", h, cfg), True)
         row(
             name + " +store g,u",
@@ -171,6 +182,7 @@ def main() -> int:
     ap.add_argument(
         "--quick", action="store_true", help="the kernel's two best configs and one standalone form"
     )
+    ap.add_argument("--configs", default="", help="only these kernel configs (comma list, see parse_config)")
     args = ap.parse_args()
     triton.set_allocator(_alloc)
     torch.manual_seed(0)
@@ -187,6 +199,8 @@ def main() -> int:
         forms = [f for f in forms if f["three_d"] and f["bh"] == 128 and f["warps"] == 8 and f["stages"] == 3]
         forms.append({**forms[0], "select": True})
         kernel_configs = (KERNEL_CONFIGS[1], KERNEL_CONFIGS[3])
+    if args.configs:
+        forms, kernel_configs = [], tuple(parse_config(c) for c in args.configs.split(","))
     for m in (int(r) for r in args.rows.split(",")):
         sweep(m, forms, kernel_configs, results)
     if args.out:
