@@ -85,6 +85,10 @@ def test_loads_into_cuda_torch_without_gpu_and_refuses_cpu_tensors(built):
     python = build_variant.find_toolchain(os.environ.get("KERNEL_HUB_CUDA_PYTHON")).python
     code = f"""
 import json, torch
+import fused_mlp
+# The backend choice waits for CUDA's start-up (a CUDA build of torch); reading BACKEND makes it now.
+assert not torch.cuda.is_initialized() and "BACKEND" not in vars(fused_mlp)
+assert fused_mlp.BACKEND == "reference" and "CUDA device" in fused_mlp.BACKEND_SKIPPED["cuda"], vars(fused_mlp).get("BACKEND_SKIPPED")
 from fused_mlp import cuda
 from fused_mlp.cuda import _library, ops
 ok, why = cuda.available()
