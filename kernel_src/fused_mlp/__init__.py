@@ -87,10 +87,11 @@ def __getattr__(name: str):
 
 
 _GPU_OPS: ModuleType | _GpuOpsPending = _GpuOpsPending()
-if torch.version.cuda is None or torch.cuda.is_initialized():
+_lazy_call = getattr(torch.cuda, "_lazy_call", None)  # private torch API: without it, choose at import
+if torch.version.cuda is None or torch.cuda.is_initialized() or _lazy_call is None:
     _choose_gpu_backend()  # nothing to defer: no CUDA build, or CUDA is up already
 else:
-    torch.cuda._lazy_call(_choose_gpu_backend)
+    _lazy_call(_choose_gpu_backend)
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _CPU_OPS: ModuleType = reference
 if INTERPRET:
