@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from registry.atomic import write_atomic
+from registry.atomic import locked, write_atomic
 from registry.errors import KernelHubError
 
 from .gpu import current_gpu
@@ -277,10 +277,7 @@ class JsonCache:
         return entry if isinstance(entry, dict) and entry else None
 
     def put_raw(self, key: str, entry: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        from filelock import FileLock  # writes only: a warm load reads and does not import it
-
-        with FileLock(self.path.with_name(self.path.name + ".lock")):
+        with locked(self.path):
             data = self._read()
             data[key] = entry
             write_atomic(self.path, json.dumps(data, indent=1).encode())

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from httpx2 import HTTPError
 from huggingface_hub.errors import HfHubHTTPError
 
-from registry.atomic import write_atomic
+from registry.atomic import locked, write_atomic
 from registry.errors import KernelHubError
 from registry.spec.signing import SignatureError, key_id, public_key_b64, verify_metadata
 
@@ -88,10 +88,7 @@ class PinFile:
 
     def update(self, change) -> dict:
         """Apply `change(data)` under the file lock and write the result atomically; returns it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        from filelock import FileLock  # writes only: a warm load reads and does not import it
-
-        with FileLock(self.path.with_name(self.path.name + ".lock")):
+        with locked(self.path):
             data = self.read() or {
                 "schema": PIN_SCHEMA,
                 "endpoint": self.hub.endpoint,
