@@ -36,7 +36,13 @@ LAUNCH_SIGNATURES = {
     "tma_gate_up_kernel": "ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
 }
 STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2}
-OP_CODES = {"linear": 0, "mlp": 1, "gated_mlp": 2, "act_and_mul": 3}  # -1 in a row: every op
+OP_CODES = {
+    "linear": 0,
+    "mlp": 1,
+    "gated_mlp": 2,
+    "act_and_mul": 3,
+    "gated_mlp_train": 4,
+}  # -1 in a row: every op
 IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3, "tma": 4}
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"

@@ -176,6 +176,9 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
         r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 3",
+        # the training forward (op gated_mlp_train) keeps split at every M
+        r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3 train gate_up 2",
+        r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0 train gate_up 2",
     ]
     for pattern in expect:
         assert re.search(pattern, text), f"{pattern!r} not in:\n{text}"

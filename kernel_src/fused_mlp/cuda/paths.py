@@ -27,15 +27,15 @@ Two tables, because two things decide what is fastest:
   cost is paid once at capture, GPU time decides. An arch without graph rows uses its PATHS.
 The C++ side asks the stream it launches on (cudaStreamIsCapturing) which table applies.
 
-Keys: a step, or "op/step" for one op only (ops: linear, mlp, gated_mlp, act_and_mul), which wins over the
-step's own rows. Rows: (max rows M or None for any, implementation); the first row whose bound admits M
+Keys: a step, or "op/step" for one op only (ops: linear, mlp, gated_mlp, act_and_mul, and gated_mlp_train: the
+gated MLP's training forward, which also stores (g, u)), which wins over the step's own rows. Rows: (max rows M or None for any, implementation); the first row whose bound admits M
 wins. An arch without an entry uses "default". Numbers behind each choice: bench/RESULTS.md ("path table").
 """
 
 from __future__ import annotations
 
 STEPS = ("linear", "gate_up", "act_and_mul")
-OPS = ("linear", "mlp", "gated_mlp", "act_and_mul")
+OPS = ("linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train")
 IMPLS = {
     "linear": ("triton", "tma", "cublaslt"),
     "gate_up": ("triton", "tma", "split"),
@@ -69,6 +69,7 @@ PATHS: dict[str, dict[str, Rows]] = {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
+        "gated_mlp_train/gate_up": ((None, "split"),),  # see GRAPH_PATHS
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
@@ -86,10 +87,14 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # 18:39 UTC sweep, whole gated_mlp H=768 I=3072 in a graph: 1024 rows 33.3 vs split 34.4 and portable
     # 35.1; 2048: 56.6 vs 57.2; 4096: 104.1 vs 111.3; 8192: 202.6 vs 217.4 and 229.2). At 256 rows the
     # portable kernel (16.5 vs 18.5). The linear Hopper kernel loses to cuBLASLt on every measured shape
-    # (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1).
+    # (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1). The training forward also stores (g, u):
+    # split at every M (its GEMMs write them anyway; the portable kernel keeps them in registers only, and the
+    # Hopper kernel's extra stores are not overlapped with its main loop: gate/up alone at 8192 rows 161.3 vs
+    # 117.4 + 37.2 µs, at 1024 rows 28.6 vs 18.6 + 4.9; bench/gate_up_single_dot.py, 2026-12-03).
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
+        "gated_mlp_train/gate_up": ((None, "split"),),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
     },
 }

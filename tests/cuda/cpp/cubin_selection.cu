@@ -34,8 +34,9 @@ int main() {
   cubin("act_and_mul", Step::ActAndMul, Impl::Triton, 3, false, false, 1, 3 << 20);
   for (const long long m : {1ll, 256ll, 257ll, 8192ll})
     for (const bool captured : {false, true})
-      std::printf("path M=%lld captured %d: gate_up %d linear %d act_and_mul %d\n", m, captured,
+      std::printf("path M=%lld captured %d: gate_up %d linear %d act_and_mul %d train gate_up %d\n", m, captured,
                   static_cast<int>(choose_impl(Step::GateUp, Op::GatedMlp, 90, m, captured)),
                   static_cast<int>(choose_impl(Step::Linear, Op::Mlp, 90, m, captured)),
-                  static_cast<int>(choose_impl(Step::ActAndMul, Op::GatedMlp, 90, m, captured)));
+                  static_cast<int>(choose_impl(Step::ActAndMul, Op::GatedMlp, 90, m, captured)),
+                  static_cast<int>(choose_impl(Step::GateUp, Op::GatedMlpTrain, 90, m, captured)));
 }

@@ -217,7 +217,7 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
   const Mat wd = weight_2d(w_down, x, wg.rows, "gated_mlp", "w_down");
   STD_TORCH_CHECK(x2.cols > 0 && wg.rows > 0, "fused_mlp.gated_mlp: zero-sized hidden (", x2.cols,
                   ") or intermediate (", wg.rows, ") dim");
-  const Ctx c = ctx_for(x, Op::GatedMlp);
+  const Ctx c = ctx_for(x, keep ? Op::GatedMlpTrain : Op::GatedMlp);  // the table has rows for each
   const ScalarType dt = x2.t.scalar_type();
   Scratch s;
   const GateUpPlan gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()),
@@ -523,10 +523,10 @@ std::string build_info(int64_t device) {
   std::string out = std::string("{\"triton\": \"") + kTritonVersion + "\", \"entries\": " +
                     std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
                     ", \"sm\": " + std::to_string(sm) + ", \"paths\": {";
-  const char* const op_names[] = {"linear", "mlp", "gated_mlp", "act_and_mul"};
-  const int steps_of[][2] = {{0, -1}, {0, -1}, {1, 0}, {2, -1}};  // the steps each op runs
+  const char* const op_names[] = {"linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train"};
+  const int steps_of[][2] = {{0, -1}, {0, -1}, {1, 0}, {2, -1}, {1, 0}};  // the steps each op runs
   bool first_key = true;
-  for (int o = 0; o < 4; ++o) {
+  for (int o = 0; o < 5; ++o) {
     for (const int s : steps_of[o]) {
       if (s < 0) continue;
       out += std::string(first_key ? "" : ", ") + "\"" + op_names[o] + "/" + kStepNames[s] + "\": [";

@@ -139,10 +139,6 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   GateUpPlan p;
   p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype, p.store_gu = store_gu;
   p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
-  // The training forward also writes (g, u). The Hopper kernel's extra stores are not overlapped with its main
-  // loop, while split's GEMMs write g, u anyway: split wins there (H200, bf16, (2x3072)x768, 2026-12-03,
-  // bench/gate_up_single_dot.py: 8192 rows 162.4 vs 115.8 + 37.2 µs, 1024 rows 28.8 vs 18.8 + 4.9).
-  if (store_gu && p.impl == Impl::Tma && !path_forced(Step::GateUp)) p.impl = Impl::Split;
   if (m == 0 || i == 0) return p;
   const int dt = cubin_dtype(dtype);
   if (p.impl == Impl::Tma) {

@@ -219,8 +219,6 @@ int set_path_override(Step step, int impl) {
   return g_override[static_cast<int>(step)].exchange(impl);
 }
 
-bool path_forced(Step step) { return g_override[static_cast<int>(step)].load(std::memory_order_relaxed) >= 0; }
-
 const TritonCubin* find_cubin(const CubinQuery& q) {
   const std::vector<int>* candidates = rows_for(q);
   if (candidates == nullptr) return nullptr;

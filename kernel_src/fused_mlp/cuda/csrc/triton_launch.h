@@ -12,7 +12,8 @@
 namespace fused_mlp {
 
 enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2 };
-enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3 };
+// GatedMlpTrain: the gated MLP's training forward, which also stores (g, u) for backward.
+enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3, GatedMlpTrain = 4 };
 enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4 };
 constexpr int kNumImpls = 5;
 constexpr int kNumSteps = 3;
@@ -65,8 +66,6 @@ Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured);
 // Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
 // measure each implementation (bench/bench_paths.py). Returns the previous override.
 int set_path_override(Step step, int impl);
-// Whether `step` is forced by set_path_override (a rule that refines the table leaves a forced path alone).
-bool path_forced(Step step);
 
 // What a cubin lookup asks for: the kernel family's specialization and the launch's output size.
 struct CubinQuery {
