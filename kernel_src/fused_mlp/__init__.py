@@ -1,8 +1,9 @@
 """fused_mlp: fused MLP ops (Triton or CUDA backend) with an eager reference of the same API.
 
 Backend choice (docs/CONTRACTS.md): the `cuda` subpackage when present and available, else `triton`,
-else `reference`, made when torch starts CUDA (not at import: asking the device starts CUDA). CPU tensors go to `reference`, except under TRITON_INTERPRET=1, where the Triton
-kernels run on them through the interpreter (how CI tests the kernels). Each public function picks the
+else `reference`, made when torch starts CUDA (not at import: asking the device starts CUDA). CPU
+tensors go to `reference`, except under TRITON_INTERPRET=1, where the Triton kernels run on them through
+the interpreter (how CI tests the kernels). Each public function picks the
 module by its first tensor's device inline: it is the only Python frame between a caller and the backend.
 """
 
