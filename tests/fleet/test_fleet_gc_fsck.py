@@ -33,6 +33,17 @@ def _key(fleet, data: bytes) -> tuple[str, str]:
     return bucket, f"{prefix}/sha256/{sha[:2]}/{sha}"
 
 
+def _until_read_back(fleet, bucket: str, key: str, body: bytes, timeout_s: float = 20.0) -> None:
+    """Wait until SeaweedFS serves `body` at `key`: an overwrite of a small object can be read back as the old
+    bytes for a moment on a loaded machine (seen once in CI), and fsck must meet the damage it is tested on."""
+    deadline = time.monotonic() + timeout_s
+    while fleet.s3.client().get_object(Bucket=bucket, Key=key)["Body"].read() != body:
+        assert time.monotonic() < deadline, (
+            f"s3://{bucket}/{key} still serves its old bytes after {timeout_s} s"
+        )
+        time.sleep(0.1)
+
+
 def _stored(fleet, data: bytes) -> bool:
     bucket, key = _key(fleet, data)
     return bool(fleet.s3.client().list_objects_v2(Bucket=bucket, Prefix=key).get("Contents"))
@@ -91,7 +102,9 @@ def test_fsck_quarantines_a_damaged_object_and_replicas_refuse_to_serve_it(fleet
     for name, data in (("good.bin", good), ("bad.bin", bad)):
         api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id=f"{user}/m")
     bucket, key = _key(fleet, bad)
-    fleet.s3.client().put_object(Bucket=bucket, Key=key, Body=bad[:-1] + b"!")  # bit rot behind our back
+    rotten = bad[:-1] + b"!"
+    fleet.s3.client().put_object(Bucket=bucket, Key=key, Body=rotten)  # bit rot behind our back
+    _until_read_back(fleet, bucket, key, rotten)
 
     report = _cli(fleet, "fsck", "--no-quarantine")
     assert report.returncode == 1 and "1 damaged" in report.stdout, report.stdout
