@@ -35,7 +35,7 @@ LAUNCH_SIGNATURES = {
     "tma_gemm_kernel": "ptr ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
     "tma_gate_up_kernel": "ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
 }
-STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2}
+STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2, "chain": 3}
 OP_CODES = {
     "linear": 0,
     "mlp": 1,
@@ -43,7 +43,7 @@ OP_CODES = {
     "act_and_mul": 3,
     "gated_mlp_train": 4,
 }  # -1 in a row: every op
-IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3, "tma": 4}
+IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3, "tma": 4, "persistent": 5, "layers": 6}
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"
 BLOB = "cubins.bin"

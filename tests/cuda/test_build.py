@@ -136,10 +136,11 @@ def test_cibuildwheel_repair_check_passes_on_the_wheel(built):
 
 def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
     """The C++ launcher's own choices, host only (tests/cuda/cpp/cubin_selection.cu against this build's
-    generated table): the Hopper tile alternative by last-wave fill (128x256 on N=1024, 128x128 on N=768, as
-    configs.tma_config), the persistent grid min(SMs, tiles), the (g, u)-storing gate/up cubin for training,
-    the path table per M (eager and captured: no row picks tma, see paths.GRAPH_PATHS), and
-    FUSED_MLP_CUDA_DISABLE turning implementations off."""
+        generated table): the Hopper tile alternative by last-wave fill (128x256 on N=1024, 128x128 on N=768, as
+        configs.tma_config), the persistent grid min(SMs, tiles), the (g, u)-storing gate/up cubin for training,
+        the path table per M (eager and captured: no row picks tma, see paths.GRAPH_PATHS; the persistent chain per
+    op and M), and
+        FUSED_MLP_CUDA_DISABLE turning implementations off."""
     _, _, out = built
     tools = build_variant.find_toolchain(os.environ.get("KERNEL_HUB_CUDA_PYTHON"))
     torch_dir = subprocess.run([tools.python, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
@@ -171,7 +172,7 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"tma_gate_up M=1024 N=3072: tma_gate_up_kernel 128x64 programs 132 scratch \d+ pdl 1 store 0",  # its own row up to 1024: PDL
         r"linear M=16 N=1024: linear_kernel 16x16 programs 64 scratch 0 pdl 1",
         r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x8192 programs 384 ",
-        # Impl codes: 0 triton, 1 cublaslt, 2 split, 3 cuda, 4 tma
+        # Impl codes: 0 triton, 1 cublaslt, 2 split, 3 cuda, 4 tma, 5 persistent, 6 layers
         r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3",
         r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
@@ -179,9 +180,18 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         # the training forward (op gated_mlp_train) keeps split at every M
         r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3 train gate_up 2",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0 train gate_up 2",
+        # the whole op in the persistent chain kernel (mlp, then the gated training forward): calls one by one up
+        # to 64 rows; in a graph the mlp up to 16 rows, the gated MLP at 1 row
+        r"path M=64 captured 0: .* chain 5 5",
+        r"path M=65 captured 0: .* chain 6 6",
+        r"path M=1 captured 1: .* chain 5 5",
+        r"path M=16 captured 1: .* chain 5 6",
+        r"path M=64 captured 1: .* chain 6 6",
     ]
     for pattern in expect:
         assert re.search(pattern, text), f"{pattern!r} not in:\n{text}"
     off = run(FUSED_MLP_CUDA_DISABLE="tma,triton")
     assert re.search(r"path M=8192 captured 0: gate_up 2 linear 1 act_and_mul 3", off), off
     assert re.search(r"path M=1 captured 1: gate_up 2 linear 1 act_and_mul 3", off), off
+    off = run(FUSED_MLP_CUDA_DISABLE="persistent")
+    assert re.search(r"path M=1 captured 0: .* chain 6 6", off), off

@@ -5,7 +5,8 @@ Data only, read at build time: build/cuda/embed_cubins.py compiles this table in
 kernels in C++ with no Python per kernel. Stdlib only: the build reads it without importing torch.
 
 Steps: `linear` (every GEMM with a bias/activation epilogue: `linear`, each `mlp` layer, the gated
-down projection), `gate_up` (the gated MLP's act(x W_g^T) * (x W_u^T)), `act_and_mul`.
+down projection), `gate_up` (the gated MLP's act(x W_g^T) * (x W_u^T)), `act_and_mul`, and `chain` (the whole
+forward of `mlp` or `gated_mlp`: one persistent kernel, or its layers one by one through the other steps).
 Implementations:
 - `triton`: our portable Triton kernel, compiled ahead of time for the arch (fused epilogue; launched with
   programmatic dependent launch where its config says so). bf16/fp16, 16-byte aligned operands, sizes
@@ -17,6 +18,11 @@ Implementations:
 - `cublaslt`: a cuBLASLt GEMM with the bias/relu/gelu_tanh epilogue (gelu and silu: one more kernel).
 - `split`: gate_up as two `linear` steps (gate, up) into scratch, then the `act_and_mul` step.
 - `cuda`: the CUDA C++ elementwise act_and_mul kernel.
+- `persistent`: the CUDA C++ chain kernel (csrc/chain.h): every layer in one cooperative launch, each
+  program's slices of all the weights copied to shared memory at its start, a grid barrier between layers.
+  bf16/fp16, 1-64 rows, at most 8 layers, every layer's out dim a multiple of 8 and in dim of 16, 16-byte
+  aligned operands, and the slices must fit in shared memory; else `layers`.
+- `layers`: each layer as its own steps (the `linear` / `gate_up` rows decide how).
 FALLBACK names what runs when the chosen implementation cannot take a call (fp32, misaligned, no cubin).
 
 Two tables, because two things decide what is fastest:
@@ -34,14 +40,15 @@ wins. An arch without an entry uses "default". Numbers behind each choice: bench
 
 from __future__ import annotations
 
-STEPS = ("linear", "gate_up", "act_and_mul")
+STEPS = ("linear", "gate_up", "act_and_mul", "chain")
 OPS = ("linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train")
 IMPLS = {
     "linear": ("triton", "tma", "cublaslt"),
     "gate_up": ("triton", "tma", "split"),
     "act_and_mul": ("triton", "cuda"),
+    "chain": ("persistent", "layers"),
 }
-FALLBACK = {"linear": "cublaslt", "gate_up": "split", "act_and_mul": "cuda"}
+FALLBACK = {"linear": "cublaslt", "gate_up": "split", "act_and_mul": "cuda", "chain": "layers"}
 # The Triton kernel (fused_mlp.triton) and its shipped role (aot_build.ShippedRow.role) behind each
 # (step, implementation) that runs Triton cubins. The build embeds every one of them that the arch's AOT
 # build ships, for every arch with rows of its own here, so `cuda_set_path` can force any of them
@@ -71,12 +78,17 @@ PATHS: dict[str, dict[str, Rows]] = {
         "gate_up": ((256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((None, "split"),),  # see GRAPH_PATHS
         "act_and_mul": ((256, "cuda"), (None, "triton")),
+        # One launch instead of one per layer: wall at 1-64 rows (bench_paths, 2026-12-03 20:54 UTC) mlp 3x1024
+        # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
+        # falls back: 384 tiles of 8 columns exceed the kernel's 2 per SM at 17-32 rows).
+        "chain": ((64, "persistent"), (None, "layers")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
     "default": {
         "linear": ((None, "cublaslt"),),
         "gate_up": ((None, "split"),),
         "act_and_mul": ((None, "cuda"),),
+        "chain": ((None, "layers"),),
     },
 }
 
@@ -96,6 +108,13 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
         "gate_up": ((256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((None, "split"),),
         "act_and_mul": ((256, "cuda"), (None, "triton")),
+        # GPU µs in a graph (bench/chain_cost.py and bench_paths, 2026-12-03 20:54 UTC): mlp 3x1024 1 row 9.8 vs
+        # 15.8, 8 rows 10.9 vs 11.9, 16 rows 11.8 vs 12.0, 32 rows 13.9 vs 12.0; with 8 copies of the weights
+        # called in turn (weights from HBM, as in a model) 82 vs 159 (1 row), 96 vs 113 (16 rows), 145 vs 117
+        # (64 rows). gated 768x3072: 1 row 10.4 vs 15.2 (8 copies: 87 vs 125), 8 rows 11.3 vs 10.0, 16 rows
+        # 12.8 vs 9.9 (8 copies: 103 vs 100): its K=3072 down projection reads all of h in each of 96 programs.
+        "mlp/chain": ((16, "persistent"), (None, "layers")),
+        "chain": ((1, "persistent"), (None, "layers")),
     },
 }
 

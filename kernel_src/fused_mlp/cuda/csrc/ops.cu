@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "alloc.h"
+#include "chain.h"
 #include "common.cuh"
 #include "elementwise.h"
 #include "steps.h"
@@ -152,21 +153,31 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
   const size_t layers = ws.size();
   std::vector<Mat> w2;
   std::vector<std::optional<Tensor>> b2;
-  std::vector<LinearPlan> plans;
-  std::vector<size_t> at(layers, 0);
-  w2.reserve(layers), b2.reserve(layers), plans.reserve(layers);
-  Scratch s;
+  w2.reserve(layers), b2.reserve(layers);
+  ChainLayer chain[kMaxChainLayers];
   int64_t cols = x2.cols;
-  int align_in = alignment_of(x2.ptr());
   for (size_t l = 0; l < layers; ++l) {
     w2.push_back(weight_2d(ws[l], x, cols, "mlp", "weights[i]"));
     b2.push_back(bs.empty() ? std::nullopt : bias_1d(bs[l], x, w2[l].rows, "mlp", "biases[i]"));
+    if (l < kMaxChainLayers)
+      chain[l] = {w2[l].ptr(), nullptr, ptr_of(b2[l]), nullptr, nullptr, w2[l].rows, cols, l + 1 == layers ? Act::None : act};
+    cols = w2[l].rows;
+  }
+  // One persistent kernel for the whole chain where the table says so and it can take the call, else a step
+  // per layer (each planned here: path table, alignment, cached cuBLASLt plans).
+  const ChainPlan fused = plan_chain(c, x2.rows, chain, static_cast<int>(layers), dt, alignment_of(x2.ptr()));
+  std::vector<LinearPlan> plans;
+  std::vector<size_t> at(layers, 0);
+  plans.reserve(layers);
+  Scratch s;
+  int align_in = alignment_of(x2.ptr());
+  for (size_t l = 0; l < layers; ++l) {
     const Act a = l + 1 == layers ? Act::None : act;
-    plans.push_back(plan_linear(c, x2.rows, w2[l].rows, cols, a, b2[l].has_value(), dt, align_in,
-                                alignment_of(w2[l].ptr()), alignment_of(ptr_of(b2[l])), s));
+    if (!fused.run)
+      plans.push_back(plan_linear(c, x2.rows, w2[l].rows, w2[l].cols, a, b2[l].has_value(), dt, align_in,
+                                  alignment_of(w2[l].ptr()), alignment_of(ptr_of(b2[l])), s));
     if (!keep && l + 1 < layers) at[l] = s.reserve(static_cast<size_t>(x2.rows * w2[l].rows) * x2.t.element_size());
     align_in = kFreshAlign;
-    cols = w2[l].rows;
   }
   if (stop == Stop::Planned) return {x};
   std::vector<Tensor> outs;
@@ -180,9 +191,13 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
   const void* in = x2.ptr();
   for (size_t l = 0; l < layers; ++l) {
     void* out = keep ? outs[l].mutable_data_ptr() : (l + 1 == layers ? outs.back().mutable_data_ptr() : s.at(at[l]));
-    run_linear(plans[l], c, s, in, w2[l].ptr(), ptr_of(b2[l]), out);
+    if (fused.run)
+      chain[l].out = out;
+    else
+      run_linear(plans[l], c, s, in, w2[l].ptr(), ptr_of(b2[l]), out);
     in = out;
   }
+  if (fused.run) run_chain(fused, c, x2.ptr(), x2.rows, chain, static_cast<int>(layers), dt);
   return outs;
 }
 
@@ -219,13 +234,31 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
                   ") or intermediate (", wg.rows, ") dim");
   const Ctx c = ctx_for(x, keep ? Op::GatedMlpTrain : Op::GatedMlp);  // the table has rows for each
   const ScalarType dt = x2.t.scalar_type();
+  ChainLayer chain[2] = {{wg.ptr(), wu.ptr(), nullptr, nullptr, nullptr, wg.rows, x2.cols, act},
+                         {wd.ptr(), nullptr, nullptr, nullptr, nullptr, wd.rows, wg.rows, Act::None}};
+  const ChainPlan fused = plan_chain(c, x2.rows, chain, 2, dt, alignment_of(x2.ptr()));
   Scratch s;
+  const size_t h_bytes = static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size();
+  if (fused.run) {  // one persistent kernel: h (and g, u when training) through global memory
+    const size_t h_at = keep ? 0 : s.reserve(h_bytes);
+    std::vector<Tensor> outs;
+    if (keep) {
+      outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows), empty_on(x, {2, x2.rows, wg.rows})};
+    } else {
+      outs.push_back(output_and_scratch(x, wd.rows, s));
+    }
+    chain[0].out = keep ? outs[1].mutable_data_ptr() : s.at(h_at);
+    chain[0].gu = keep ? outs[2].mutable_data_ptr() : nullptr;
+    chain[1].out = outs[0].mutable_data_ptr();
+    run_chain(fused, c, x2.ptr(), x2.rows, chain, 2, dt);
+    return outs;
+  }
   const GateUpPlan gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()),
                                      alignment_of(wg.ptr()), alignment_of(wu.ptr()), w_planes_fit(wg.ptr(), wu.ptr()),
                                      wu.ptr() < wg.ptr(), s, keep);
   const LinearPlan down =
       plan_linear(c, x2.rows, wd.rows, wg.rows, Act::None, false, dt, kFreshAlign, alignment_of(wd.ptr()), 16, s);
-  const size_t h_at = keep ? 0 : s.reserve(static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size());
+  const size_t h_at = keep ? 0 : s.reserve(h_bytes);
   std::vector<Tensor> outs;
   if (keep) {
     outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows), empty_on(x, {2, x2.rows, wg.rows})};
@@ -496,8 +529,8 @@ std::vector<Tensor> act_and_mul_backward_op(Tensor grad, Tensor gate, Tensor up,
 
 // ---- implementation paths (benchmarks and tests) ---------------------------------------------------------
 
-const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul"};
-const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda", "tma"};
+const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul", "chain"};
+const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda", "tma", "persistent", "layers"};
 
 int index_of(const char* const* names, int n, const std::string& name, const char* what) {
   for (int i = 0; i < n; ++i)
@@ -508,7 +541,7 @@ int index_of(const char* const* names, int n, const std::string& name, const cha
 
 // Force `step` to `impl` ("table": back to the path table) for later calls; returns the previous setting.
 std::string set_path(std::string step, std::string impl) {
-  const int s = index_of(kStepNames, 3, step, "step (use linear, gate_up or act_and_mul)");
+  const int s = index_of(kStepNames, kNumSteps, step, "step (use linear, gate_up, act_and_mul or chain)");
   const int i = impl == "table" ? -1 : index_of(kImplNames, kNumImpls, impl, "implementation");
   const int before = set_path_override(static_cast<Step>(s), i);
   return before < 0 ? "table" : kImplNames[before];
@@ -524,7 +557,7 @@ std::string build_info(int64_t device) {
                     std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
                     ", \"sm\": " + std::to_string(sm) + ", \"paths\": {";
   const char* const op_names[] = {"linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train"};
-  const int steps_of[][2] = {{0, -1}, {0, -1}, {1, 0}, {2, -1}, {1, 0}};  // the steps each op runs
+  const int steps_of[][3] = {{0, -1, -1}, {3, 0, -1}, {3, 1, 0}, {2, -1, -1}, {3, 1, 0}};  // the steps each op runs
   bool first_key = true;
   for (int o = 0; o < 5; ++o) {
     for (const int s : steps_of[o]) {

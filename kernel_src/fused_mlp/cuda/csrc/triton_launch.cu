@@ -27,7 +27,7 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int kMaxArgs = 16;
 
-std::atomic<int> g_override[kNumSteps] = {-1, -1, -1};
+std::atomic<int> g_override[kNumSteps] = {-1, -1, -1, -1};
 
 struct Loaded {
   std::atomic<cudaKernel_t> kernel{nullptr};
@@ -68,7 +68,7 @@ const Driver& driver() {
 // Implementations named in FUSED_MLP_CUDA_DISABLE, as a bit set over Impl codes (read once).
 unsigned disabled_impls() {
   static const unsigned bits = [] {
-    static const char* const names[kNumImpls] = {"triton", "cublaslt", "split", "cuda", "tma"};
+    static const char* const names[kNumImpls] = {"triton", "cublaslt", "split", "cuda", "tma", "persistent", "layers"};
     const char* env = std::getenv("FUSED_MLP_CUDA_DISABLE");
     unsigned out = 0;
     if (env == nullptr) return out;
@@ -82,8 +82,9 @@ unsigned disabled_impls() {
 
 // The step's fallback (paths.FALLBACK): what runs when the chosen implementation cannot or may not.
 Impl fallback_of(int step) {
-  return step == static_cast<int>(Step::Linear) ? Impl::Cublaslt
+  return step == static_cast<int>(Step::Linear)   ? Impl::Cublaslt
          : step == static_cast<int>(Step::GateUp) ? Impl::Split
+         : step == static_cast<int>(Step::Chain)  ? Impl::Layers
                                                    : Impl::Cuda;
 }
 
@@ -364,6 +365,43 @@ void launch_cubin(const TritonCubin& c, long long programs, const KArg* args, in
   const CUresult r = driver().launch(&config, f, params, nullptr);
   STD_TORCH_CHECK(r == CUDA_SUCCESS, "fused_mlp.", op, ": launching ", c.kernel, " failed (CUresult ",
                   static_cast<int>(r), ")");
+}
+
+bool launch_own_kernel(const void* kernel, int device, unsigned grid, unsigned block, unsigned smem, void** params,
+                       bool cooperative, cudaStream_t stream, const char* op) {
+  const Driver& d = driver();
+  if (!d.ok()) return false;
+  static std::mutex mu;
+  static std::unordered_map<const void*, CUfunction> functions[kMaxDevices];
+  STD_TORCH_CHECK(device >= 0 && device < kMaxDevices, "fused_mlp: device index ", device, " out of range");
+  CUfunction f = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = functions[device].find(kernel);
+    if (it == functions[device].end()) {
+      cudaFunction_t rf = nullptr;
+      const cudaError_t err = cudaGetFuncBySymbol(&rf, kernel);
+      STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp.", op, ": no function for the kernel on device ", device, ": ",
+                      cudaGetErrorString(err));
+      it = functions[device].emplace(kernel, reinterpret_cast<CUfunction>(rf)).first;
+    }
+    f = it->second;
+  }
+  CUlaunchConfig config = {};
+  config.gridDimX = grid, config.gridDimY = 1, config.gridDimZ = 1;
+  config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
+  config.sharedMemBytes = smem;
+  config.hStream = reinterpret_cast<CUstream>(stream);
+  CUlaunchAttribute attr;
+  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  attr.value.cooperative = 1;
+  config.attrs = cooperative ? &attr : nullptr;
+  config.numAttrs = cooperative ? 1 : 0;
+  const CUresult r = d.launch(&config, f, params, nullptr);
+  STD_TORCH_CHECK(r == CUDA_SUCCESS, "fused_mlp.", op, ": launching the kernel on ", grid, " programs with ", smem,
+                  " bytes of shared memory failed (CUresult ", static_cast<int>(r),
+                  "); FUSED_MLP_CUDA_DISABLE=persistent runs the layers one by one");
+  return true;
 }
 
 }  // namespace fused_mlp

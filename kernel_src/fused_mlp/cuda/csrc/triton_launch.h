@@ -11,12 +11,13 @@
 
 namespace fused_mlp {
 
-enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2 };
+// Chain: the whole forward of `mlp` / `gated_mlp` as one persistent kernel (chain.h) or layer by layer.
+enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2, Chain = 3 };
 // GatedMlpTrain: the gated MLP's training forward, which also stores (g, u) for backward.
 enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3, GatedMlpTrain = 4 };
-enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4 };
-constexpr int kNumImpls = 5;
-constexpr int kNumSteps = 3;
+enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4, Persistent = 5, Layers = 6 };
+constexpr int kNumImpls = 7;
+constexpr int kNumSteps = 4;
 
 // One embedded cubin as one row of its config table (layout: embed_cubins.write_sources).
 struct TritonCubin {
@@ -103,5 +104,12 @@ size_t triton_scratch_bytes(const TritonCubin& c, long long programs);
 // `scratch` is device memory of triton_scratch_bytes(c, programs) bytes (may be null when that is 0).
 void launch_cubin(const TritonCubin& c, long long programs, const KArg* args, int nargs, void* scratch,
                   cudaStream_t stream, const char* op);
+
+// Launch one of this extension's own __global__ kernels (`kernel`: its host stub) through the driver, as the cubins
+// are (the runtime's launch costs more host time), on a 1-D grid, optionally cooperative. The kernel's
+// shared-memory limit must already be raised for `smem`. False (nothing launched) when the driver lacks the
+// entry points: then launch through the runtime.
+bool launch_own_kernel(const void* kernel, int device, unsigned grid, unsigned block, unsigned smem, void** params,
+                       bool cooperative, cudaStream_t stream, const char* op);
 
 }  // namespace fused_mlp

@@ -1,0 +1,43 @@
+// The whole layer chain of a small-batch forward (the MLP's layers, or the gated MLP's gate/up and down) in
+// ONE persistent kernel: each program owns 8-column tiles of every layer, copies its slices of ALL the
+// layers' weights into shared memory when it starts (they do not depend on the activations, so layer l+1's
+// weights arrive while layer l computes), and a grid barrier separates the layers. At 1-64 rows a layer is
+// bound by reading its weights, so the chain costs one launch and one weight read instead of a launch, a
+// pipeline fill and a partial wave per layer.
+#pragma once
+
+#include "steps.h"
+
+namespace fused_mlp {
+
+constexpr int kMaxChainLayers = 8;
+constexpr long long kMaxChainRows = 64;
+
+// One layer: out[M, n] = act(in @ w^T + bias), in = the previous layer's out (x for the first); gated
+// (w_up set): out = act(in @ w^T) * (in @ w_up^T), and with `gu` also the pre-activations as gu's two
+// [M, n] planes (g then u: the training forward). Pointers may be set after planning.
+struct ChainLayer {
+  const void* w = nullptr;
+  const void* w_up = nullptr;
+  const void* bias = nullptr;
+  void* out = nullptr;
+  void* gu = nullptr;
+  long long n = 0, k = 0;
+  Act act = Act::None;
+};
+
+struct ChainPlan {
+  bool run = false;  // the persistent kernel takes this call; else the op runs its layers one by one
+  int grid = 0, m_tiles = 0;
+  size_t smem = 0;
+};
+
+// Whether the path table (step `chain`) sends this call to the persistent kernel and it can take it:
+// bf16/fp16, M <= kMaxChainRows, at most kMaxChainLayers layers, every n a multiple of 8 and k of 16,
+// 16-byte aligned weights and biases (x: `align_x`), and every program's weight slices fit in shared memory.
+ChainPlan plan_chain(const Ctx& c, long long m, const ChainLayer* layers, int count, ScalarType dtype, int align_x);
+// Run the planned chain on x; every layer's `out` (and gu where set) filled in.
+void run_chain(const ChainPlan& p, const Ctx& c, const void* x, long long m, const ChainLayer* layers, int count,
+               ScalarType dtype);
+
+}  // namespace fused_mlp
