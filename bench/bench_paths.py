@@ -4,12 +4,13 @@ path table (kernel_src/fused_mlp/cuda/paths.py).
 For a loaded stable-ABI kernel (harness.py), each step is forced to each implementation in turn
 (`torch.ops.<ns>.cuda_set_path`) and a whole public op that exercises it is timed (GPU µs per call from
 graph replay): `linear` through `mlp` 3x1024 relu (+bias) and a K=3072 `linear` (the gated down
-projection's shape), `gate_up` through `gated_mlp` H=768 I=3072, `act_and_mul` on [M, 3072]. The printout
+projection's shape), `gate_up` through `gated_mlp` H=768 I=3072, `act_and_mul` on [M, 3072], `chain` (the
+whole op in one persistent kernel, or layer by layer) through both `mlp` and `gated_mlp`. The printout
 ends with the fastest implementation per (step, M) by GPU time (paths.GRAPH_PATHS: calls captured in a
 graph) and, up to M=2048 where calls are host-bound, by wall time of a stream of calls (paths.PATHS): copy
 the changes into paths.py. Forcing a step forces it in every op (the table can also choose per op).
 
-    python bench/bench_paths.py --variant-dir DIR=cuda [--json out.json]
+    python bench/bench_paths.py --variant-dir DIR=cuda [--steps chain,linear] [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ IMPLS = {
     "linear": ("triton", "tma", "cublaslt"),
     "gate_up": ("triton", "tma", "split"),
     "act_and_mul": ("triton", "cuda"),
+    "chain": ("persistent", "layers"),
 }
+# The persistent chain kernel takes 1-64 rows (else it runs layers: the same numbers as `layers`).
+STEP_ROWS = {"chain": (1, 8, 16, 32, 48, 64)}
 
 
 def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
@@ -51,17 +55,29 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
     if step == "gate_up":
         x, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
         return {"gated 768x3072": lambda: kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")}
+    if step == "chain":
+        x, ws, bs = (
+            r(m, 1024),
+            [r(1024, 1024, scale=1024**-0.5) for _ in range(3)],
+            [r(1024) for _ in range(3)],
+        )
+        xg, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
+        return {"mlp 3x1024 relu": lambda: kernel.mlp(x, ws, bs, "relu"),
+                "gated 768x3072": lambda: kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh")}  # fmt: skip
     g, u = r(m, 3072), r(m, 3072)
     return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
 
 
-def sweep(kernel, dt: torch.dtype, written: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
-    """Every implementation of every step at every M; `written(rows)` after each step (the JSON so far)."""
+def sweep(
+    kernel, dt: torch.dtype, written: Callable[[list[dict]], None] = lambda rows: None, steps=tuple(IMPLS)
+) -> list[dict]:
+    """Every implementation of each of `steps` at every M; `written(rows)` after each step (the JSON so far)."""
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     rows = []
     with torch.no_grad():
-        for step, impls in IMPLS.items():
-            for m in ROWS:
+        for step in steps:
+            impls = IMPLS[step]
+            for m in STEP_ROWS.get(step, ROWS):
                 for name, call in problems(step, m, kernel, dt).items():
                     expected = None
                     for impl in impls:
@@ -124,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     harness.add_loading_args(parser)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    parser.add_argument(
+        "--steps", default=",".join(IMPLS), help="comma list of steps to measure (default: all)"
+    )
     args = parser.parse_args(argv)
     kernels = {k: m for k, m in harness.load_kernels(args).items() if getattr(m, "BACKEND", None) == "cuda"}
     if not kernels:
@@ -136,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     def written(rows: list[dict]) -> None:
         harness.write_json(args.json, {**report, "rows": rows})
 
-    rows = sweep(kernel, dt, written)
+    steps = tuple(args.steps.split(","))
+    if unknown := set(steps) - set(IMPLS):
+        parser.error(f"unknown step(s) {sorted(unknown)}; choose from {', '.join(IMPLS)}")
+    rows = sweep(kernel, dt, written, steps)
     harness.write_json(args.json, {**report, "rows": rows, "best": best(rows)})
     return 0
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 # group -> the implementation FUSED_MLP_CUDA_DISABLE turns off when the group fails.
-GROUPS = {"tma": "tma"}
+GROUPS = {"tma": "tma", "persistent": "persistent"}
 TOL = 2.5e-2  # bf16, forward and backward (tests/kernels/kernel_numerics.py)
 
 
@@ -72,6 +72,63 @@ def check_tma(kernel) -> list[str]:
     return failures
 
 
+def check_persistent(kernel) -> list[str]:
+    """The persistent chain kernel (the whole small-batch forward in one launch): mlp and gated_mlp at
+    1-64 rows against float64, eager and replayed from a CUDA graph (a grid barrier that deadlocks times the
+    child out instead of hanging the run)."""
+    import torch
+
+    ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
+    d, failures = torch.bfloat16, []
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, device="cuda") * scale).to(d)
+
+    def rel(out, want):
+        out = out.double()
+        return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
+
+    ns.cuda_set_path("chain", "persistent")
+    try:
+        with torch.no_grad():
+            for rows in (1, 16, 40, 64):
+                x, ws, bs = (
+                    rnd(rows, 1024),
+                    [rnd(1024, 1024, scale=1024**-0.5) for _ in range(3)],
+                    [rnd(1024)] * 3,
+                )
+                want = x.double()
+                for i, (w, b) in enumerate(zip(ws, bs)):
+                    want = want @ w.double().T + b.double()
+                    want = torch.relu(want) if i < 2 else want
+                xg, wg, wu = rnd(rows, 768), rnd(3072, 768, scale=768**-0.5), rnd(3072, 768, scale=768**-0.5)
+                wd = rnd(768, 3072, scale=3072**-0.5)
+                g = torch.nn.functional.gelu(xg.double() @ wg.double().T, approximate="tanh")
+                want_g = (g * (xg.double() @ wu.double().T)) @ wd.double().T
+                graph = torch.cuda.CUDAGraph()
+                kernel.mlp(x, ws, bs, "relu"), kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh")
+                with torch.cuda.graph(graph):
+                    y = kernel.mlp(x, ws, bs, "relu")
+                    yg = kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh")
+                y.zero_(), yg.zero_()
+                graph.replay()
+                torch.cuda.synchronize()
+                errs = {
+                    "mlp": rel(kernel.mlp(x, ws, bs, "relu"), want),
+                    "gated": rel(kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh"), want_g),
+                    "mlp graph": rel(y, want),
+                    "gated graph": rel(yg, want_g),
+                }
+                bad = {k: v for k, v in errs.items() if not v <= TOL}
+                print(
+                    f"persistent M={rows}: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()), flush=True
+                )
+                failures += [f"M={rows} {k} {v:.1e}" for k, v in bad.items()]
+    finally:
+        ns.cuda_set_path("chain", "table")
+    return failures
+
+
 def child(group: str, variant_dir: Path) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import harness
@@ -80,7 +137,7 @@ def child(group: str, variant_dir: Path) -> int:
     if getattr(kernel, "BACKEND", None) != "cuda":
         print(f"{group}: the variant does not run its CUDA backend here ({kernel.BACKEND}); nothing to check")
         return 0
-    failures = {"tma": check_tma}[group](kernel)
+    failures = {"tma": check_tma, "persistent": check_persistent}[group](kernel)
     for f in failures:
         print(f"{group} FAILED: {f}", flush=True)
     return 1 if failures else 0

@@ -8,7 +8,7 @@
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
 # env: OUT (default ./h200-out); STAGES (default "tests check host ops model loader", run in that order; add `paths`
-# for the path-table sweep); QUICK=1: fewer rows, no
+# for the path-table sweep, `chain` for bench/chain_cost.py, PATHS_STEPS=chain,... to sweep only those steps); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS); MODEL_ROWS: the model
@@ -128,7 +128,12 @@ stage_host() {
 }
 stage_paths() {
   log "path table sweep (every implementation of every step)"
-  timeout "$T_PATHS" python3 bench/bench_paths.py "${LOAD[@]}" --json "$OUT/paths.json" || log "bench_paths failed or timed out"
+  timeout "$T_PATHS" python3 bench/bench_paths.py "${LOAD[@]}" --steps "${PATHS_STEPS:-linear,gate_up,act_and_mul,chain}" \
+    --json "$OUT/paths.json" || log "bench_paths failed or timed out"
+}
+stage_chain() {  # the persistent chain kernel: cost per layer / per row, weights from L2 and from HBM
+  log "chain kernel cost"
+  timeout "${T_CHAIN:-60}" python3 bench/chain_cost.py "${LOAD[@]}" --json "$OUT/chain.json" || log "chain_cost failed"
 }
 stage_ops() {
   log "op tables"
