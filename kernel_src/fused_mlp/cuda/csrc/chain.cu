@@ -113,19 +113,45 @@ __device__ void prefetch_layer(const LayerArgs& L, unsigned char* smem) {
 // (g, t) reads 8 (or, in a 16-wide tail block, 4) consecutive elements of its rows at t * 8, whole 16-byte
 // pieces, so the activations (read by every program) cost one L2 sector request per 32 bytes, and they are
 // read once per program and layer whatever its number of tiles.
-// Loads lane (g, t)'s 16 bytes of the activations of K block kb (zeros past the last row or block).
-template <int MT>
-__device__ __forceinline__ void load_block(uint4 (&av)[MT][2], const uint16_t* in, int k, int m, int kb, int blocks,
-                                           int g, int t) {
+// Lane (g, t)'s piece of the activations at column kk of its rows (16 bytes in a 32-wide block, 8 in the
+// 16-wide tail block; zeros past the last row, or when `live` is false).
+template <int MT, typename V>
+__device__ __forceinline__ void load_piece(V (&av)[MT][2], const uint16_t* in, int k, int m, int kk, bool live, int g) {
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = i * 16 + g + half * 8;
-      av[i][half] = row < m && kb < blocks
-                        ? __ldcg(reinterpret_cast<const uint4*>(in + static_cast<long long>(row) * k + kb * 32 + t * 8))
-                        : make_uint4(0u, 0u, 0u, 0u);
+      av[i][half] = row < m && live ? __ldcg(reinterpret_cast<const V*>(in + static_cast<long long>(row) * k + kk))
+                                    : V{};
     }
+}
+
+// The MMAs of one K block for every tile of the program (and both halves when gated): S = 2 steps of 16 for a
+// 16-byte piece, 1 for the 8-byte tail. Step s uses the piece's words 2s, 2s+1 of both operands (A rows g and
+// g + 8, B row g), the same permuted K order on both sides.
+template <typename T, int MT, int TG, typename V>
+__device__ __forceinline__ void mma_block(float (&acc)[TG][MT][2][4], const V (&av)[MT][2], const uint16_t* ws,
+                                          int tstride, int pitch, int g, int kk, int ntiles, bool gated) {
+  constexpr int S = sizeof(V) / 8;
+#pragma unroll
+  for (int j = 0; j < TG; ++j) {
+    if (j >= ntiles) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !gated) break;
+      const V bv = *reinterpret_cast<const V*>(ws + j * tstride + (h * kTileN + g) * pitch + kk);
+      const uint32_t* b = reinterpret_cast<const uint32_t*>(&bv);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const uint32_t* a0 = reinterpret_cast<const uint32_t*>(&av[i][0]);
+        const uint32_t* a1 = reinterpret_cast<const uint32_t*>(&av[i][1]);
+#pragma unroll
+        for (int st = 0; st < S; ++st)
+          mma16816<T>(acc[j][i][h], a0[2 * st], a1[2 * st], a0[2 * st + 1], a1[2 * st + 1], b[2 * st], b[2 * st + 1]);
+      }
+    }
+  }
 }
 
 template <typename T, int MT, int TG>
@@ -154,57 +180,24 @@ __device__ void layer(const ChainArgs& a, const LayerArgs& L, const uint16_t* in
   constexpr int D = 4 / MT;
   uint4 buf[D][MT][2];
 #pragma unroll
-  for (int d = 0; d < D; ++d) load_block<MT>(buf[d], in, k, m, warp + d * kWarps, blocks32, g, t);
+  for (int d = 0; d < D; ++d) {
+    const int kb = warp + d * kWarps;
+    load_piece<MT>(buf[d], in, k, m, kb * 32 + t * 8, kb < blocks32, g);
+  }
   cp_async_wait(pending);
   __syncthreads();
   for (int kb0 = warp; kb0 < blocks32; kb0 += D * kWarps) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      const int kb = kb0 + d * kWarps;
-      if (kb < blocks32) {
-        const int kk = kb * 32 + t * 8;
-#pragma unroll
-        for (int j = 0; j < TG; ++j) {
-          if (j >= ntiles) break;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (h == 1 && !gated) break;
-            const uint4 b = *reinterpret_cast<const uint4*>(ws + j * tstride + (h * kTileN + g) * pitch + kk);
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              const uint4* av = buf[d][i];
-              mma16816<T>(acc[j][i][h], av[0].x, av[1].x, av[0].y, av[1].y, b.x, b.y);
-              mma16816<T>(acc[j][i][h], av[0].z, av[1].z, av[0].w, av[1].w, b.z, b.w);
-            }
-          }
-        }
-      }
-      load_block<MT>(buf[d], in, k, m, kb + D * kWarps, blocks32, g, t);
+      const int kb = kb0 + d * kWarps, next = kb + D * kWarps;
+      if (kb < blocks32) mma_block<T, MT, TG>(acc, buf[d], ws, tstride, pitch, g, kb * 32 + t * 8, ntiles, gated);
+      load_piece<MT>(buf[d], in, k, m, next * 32 + t * 8, next < blocks32, g);
     }
   }
   if (k % 32 != 0 && warp == blocks32 % kWarps) {  // the last 16 columns of K
-    const int kk = blocks32 * 32 + t * 4;
-    uint2 av[MT][2];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = i * 16 + g + half * 8;
-        av[i][half] = row < m ? __ldcg(reinterpret_cast<const uint2*>(in + static_cast<long long>(row) * k + kk))
-                              : make_uint2(0u, 0u);
-      }
-#pragma unroll
-    for (int j = 0; j < TG; ++j) {
-      if (j >= ntiles) break;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (h == 1 && !gated) break;
-        const uint2 b = *reinterpret_cast<const uint2*>(ws + j * tstride + (h * kTileN + g) * pitch + kk);
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-          mma16816<T>(acc[j][i][h], av[i][0].x, av[i][1].x, av[i][0].y, av[i][1].y, b.x, b.y);
-      }
-    }
+    uint2 tail[MT][2];
+    load_piece<MT>(tail, in, k, m, blocks32 * 32 + t * 4, true, g);
+    mma_block<T, MT, TG>(acc, tail, ws, tstride, pitch, g, blocks32 * 32 + t * 4, ntiles, gated);
   }
   // red: [warp][TG][MT][h][lane][4] partial tiles; then each thread sums output elements over the warps.
   const int halves = gated ? 2 : 1;
