@@ -144,11 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", default=",".join(IMPLS), help="comma list of steps to measure (default: all)"
     )
     args = parser.parse_args(argv)
-    kernels = {k: m for k, m in harness.load_kernels(args).items() if getattr(m, "BACKEND", None) == "cuda"}
-    if not kernels:
-        print("bench_paths needs a loaded stable-ABI CUDA kernel (BACKEND 'cuda')", file=sys.stderr)
+    loaded = harness.load_cuda_kernel(args, "bench_paths")
+    if loaded is None:
         return 2
-    label, kernel = next(iter(kernels.items()))
+    label, kernel = loaded
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     report = {"environment": harness.environment(), "kernels": harness.describe({label: kernel}), "rows": []}
 

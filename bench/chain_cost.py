@@ -25,11 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     harness.add_loading_args(parser)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    kernels = {k: m for k, m in harness.load_kernels(args).items() if getattr(m, "BACKEND", None) == "cuda"}
-    if not kernels:
-        print("chain_cost needs a loaded stable-ABI CUDA kernel (BACKEND 'cuda')", file=sys.stderr)
+    loaded = harness.load_cuda_kernel(args, "chain_cost")
+    if loaded is None:
         return 2
-    label, kernel = next(iter(kernels.items()))
+    label, kernel = loaded
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     d = torch.bfloat16
 

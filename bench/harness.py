@@ -79,6 +79,16 @@ def load_kernels(args: argparse.Namespace) -> dict[str, ModuleType]:
     return kernels
 
 
+def load_cuda_kernel(args: argparse.Namespace, tool: str) -> tuple[str, ModuleType] | None:
+    """(label, module) of the first loaded kernel running the stable-ABI CUDA backend (BACKEND 'cuda'), for the
+    tools that force its C++ paths; None, after saying so on stderr, when none was loaded."""
+    for label, module in load_kernels(args).items():
+        if getattr(module, "BACKEND", None) == "cuda":
+            return label, module
+    print(f"{tool} needs a loaded stable-ABI CUDA kernel (BACKEND 'cuda')", file=sys.stderr)
+    return None
+
+
 def describe(kernels: dict[str, ModuleType]) -> dict[str, dict]:
     """What each loaded kernel is: backend, loader info, and the CUDA extension's build info if any."""
     out = {}
