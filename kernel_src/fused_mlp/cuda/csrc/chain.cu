@@ -108,11 +108,6 @@ __device__ void prefetch_layer(const LayerArgs& L, unsigned char* smem) {
   }
 }
 
-// One layer for all of this program's tiles (at most TG): each warp takes K blocks warp, warp + 8, ... .
-// Inside a block the K order is permuted the same way for both operands (a dot product does not care): lane
-// (g, t) reads 8 (or, in a 16-wide tail block, 4) consecutive elements of its rows at t * 8, whole 16-byte
-// pieces, so the activations (read by every program) cost one L2 sector request per 32 bytes, and they are
-// read once per program and layer whatever its number of tiles.
 // Lane (g, t)'s piece of the activations at column kk of its rows (16 bytes in a 32-wide block, 8 in the
 // 16-wide tail block; zeros past the last row, or when `live` is false).
 template <int MT, typename V>
@@ -154,6 +149,11 @@ __device__ __forceinline__ void mma_block(float (&acc)[TG][MT][2][4], const V (&
   }
 }
 
+// One layer for all of this program's tiles (at most TG): each warp takes K blocks warp, warp + 8, ... .
+// Inside a block the K order is permuted the same way for both operands (a dot product does not care): lane
+// (g, t) reads 8 (or, in a 16-wide tail block, 4) consecutive elements of its rows at t * 8, whole 16-byte
+// pieces, so the activations (read by every program) cost one L2 sector request per 32 bytes, and they are
+// read once per program and layer whatever its number of tiles.
 template <typename T, int MT, int TG>
 __device__ void layer(const ChainArgs& a, const LayerArgs& L, const uint16_t* in, const unsigned char* smem,
                       float* red, int pending) {
@@ -259,12 +259,6 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(const ChainArgs a) {
 }
 
 using KernelFn = void (*)(const ChainArgs);
-
-template <typename T>
-KernelFn kernel_for(int m_tiles) {
-  return m_tiles == 1 ? chain_kernel<T, 1> : m_tiles == 2 ? chain_kernel<T, 2> : chain_kernel<T, 4>;
-}
-
 int smem_optin(int device) {
   static std::atomic<int> cache[kMaxDevices] = {};
   int v = cache[device].load(std::memory_order_relaxed);
@@ -278,14 +272,27 @@ int smem_optin(int device) {
   return v;
 }
 
-// Raise the kernel's dynamic shared memory limit to the device's opt-in maximum, once per (kernel, device).
-void allow_smem(KernelFn fn, int which, int device) {
-  static std::atomic<bool> done[6][kMaxDevices] = {};
-  if (done[which][device].load(std::memory_order_acquire)) return;
-  const cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin(device));
-  STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp: setting the chain kernel's shared memory failed: ",
-                  cudaGetErrorString(err));
-  done[which][device].store(true, std::memory_order_release);
+// The chain kernel for (dtype, row tiles): its host stub and its function on `device`, prepared once per
+// (kernel, device) with its dynamic shared-memory limit raised to the device's opt-in maximum.
+struct ChainKernel {
+  KernelFn stub;
+  cudaFunction_t function;
+};
+ChainKernel chain_kernel_on(bool bf16, int m_tiles, int device) {
+  static const KernelFn stubs[6] = {chain_kernel<__nv_bfloat16, 1>, chain_kernel<__nv_bfloat16, 2>,
+                                    chain_kernel<__nv_bfloat16, 4>, chain_kernel<__half, 1>,
+                                    chain_kernel<__half, 2>,        chain_kernel<__half, 4>};
+  static std::atomic<cudaFunction_t> functions[6][kMaxDevices] = {};
+  const int which = (bf16 ? 0 : 3) + (m_tiles == 1 ? 0 : m_tiles == 2 ? 1 : 2);
+  cudaFunction_t f = functions[which][device].load(std::memory_order_acquire);
+  if (f == nullptr) {
+    cudaError_t err = cudaFuncSetAttribute(stubs[which], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin(device));
+    if (err == cudaSuccess) err = cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(stubs[which]));
+    STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp: preparing the chain kernel on device ", device, " failed: ",
+                    cudaGetErrorString(err));
+    functions[which][device].store(f, std::memory_order_release);
+  }
+  return {stubs[which], f};
 }
 
 bool aligned16(const void* p) { return p == nullptr || alignment_of(p) == 16; }
@@ -355,27 +362,10 @@ void run_chain(const ChainPlan& p, const Ctx& c, const void* x, long long m, con
     L.w = s.w, L.w_up = s.w_up, L.bias = s.bias, L.out = s.out, L.gu = s.gu;
     L.n = static_cast<int>(s.n), L.k = static_cast<int>(s.k), L.act = static_cast<int>(s.act);
   }
-  const bool bf16 = dtype == ScalarType::BFloat16;
-  const KernelFn fn = bf16 ? kernel_for<__nv_bfloat16>(p.m_tiles) : kernel_for<__half>(p.m_tiles);
-  allow_smem(fn, (bf16 ? 0 : 3) + (p.m_tiles == 1 ? 0 : p.m_tiles == 2 ? 1 : 2), c.device);
+  const ChainKernel kernel = chain_kernel_on(dtype == ScalarType::BFloat16, p.m_tiles, c.device);
   void* params[] = {&a};
-  if (launch_own_kernel(reinterpret_cast<const void*>(fn), c.device, static_cast<unsigned>(p.grid), kThreads,
-                        static_cast<unsigned>(p.smem), params, true, c.stream, "chain"))
-    return;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.grid));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = p.smem;
-  cfg.stream = c.stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, fn, a);
-  STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp: the persistent chain kernel failed to launch on ", p.grid,
-                  " programs with ", p.smem, " bytes of shared memory: ", cudaGetErrorString(err),
-                  "; FUSED_MLP_CUDA_DISABLE=persistent runs the layers one by one");
+  launch_own_kernel(reinterpret_cast<const void*>(kernel.stub), kernel.function, static_cast<unsigned>(p.grid),
+                    kThreads, static_cast<unsigned>(p.smem), params, true, c.stream, "chain");
 }
 
 }  // namespace fused_mlp

@@ -236,29 +236,18 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
   const ScalarType dt = x2.t.scalar_type();
   ChainLayer chain[2] = {{wg.ptr(), wu.ptr(), nullptr, nullptr, nullptr, wg.rows, x2.cols, act},
                          {wd.ptr(), nullptr, nullptr, nullptr, nullptr, wd.rows, wg.rows, Act::None}};
+  // One persistent kernel (h, and g, u when training, through global memory) where the table says so and it
+  // can take the call, else the gate/up step and the down projection.
   const ChainPlan fused = plan_chain(c, x2.rows, chain, 2, dt, alignment_of(x2.ptr()));
   Scratch s;
-  const size_t h_bytes = static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size();
-  if (fused.run) {  // one persistent kernel: h (and g, u when training) through global memory
-    const size_t h_at = keep ? 0 : s.reserve(h_bytes);
-    std::vector<Tensor> outs;
-    if (keep) {
-      outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows), empty_on(x, {2, x2.rows, wg.rows})};
-    } else {
-      outs.push_back(output_and_scratch(x, wd.rows, s));
-    }
-    chain[0].out = keep ? outs[1].mutable_data_ptr() : s.at(h_at);
-    chain[0].gu = keep ? outs[2].mutable_data_ptr() : nullptr;
-    chain[1].out = outs[0].mutable_data_ptr();
-    run_chain(fused, c, x2.ptr(), x2.rows, chain, 2, dt);
-    return outs;
+  GateUpPlan gu;
+  LinearPlan down;
+  if (!fused.run) {
+    gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()), alignment_of(wg.ptr()),
+                      alignment_of(wu.ptr()), w_planes_fit(wg.ptr(), wu.ptr()), wu.ptr() < wg.ptr(), s, keep);
+    down = plan_linear(c, x2.rows, wd.rows, wg.rows, Act::None, false, dt, kFreshAlign, alignment_of(wd.ptr()), 16, s);
   }
-  const GateUpPlan gu = plan_gate_up(c, x2.rows, wg.rows, x2.cols, act, dt, alignment_of(x2.ptr()),
-                                     alignment_of(wg.ptr()), alignment_of(wu.ptr()), w_planes_fit(wg.ptr(), wu.ptr()),
-                                     wu.ptr() < wg.ptr(), s, keep);
-  const LinearPlan down =
-      plan_linear(c, x2.rows, wd.rows, wg.rows, Act::None, false, dt, kFreshAlign, alignment_of(wd.ptr()), 16, s);
-  const size_t h_at = keep ? 0 : s.reserve(h_bytes);
+  const size_t h_at = keep ? 0 : s.reserve(static_cast<size_t>(x2.rows * wg.rows) * x2.t.element_size());
   std::vector<Tensor> outs;
   if (keep) {
     outs = {empty_rows_like(x, wd.rows), empty_rows_like(x, wg.rows), empty_on(x, {2, x2.rows, wg.rows})};
@@ -267,8 +256,14 @@ std::vector<Tensor> gated_chain(const Tensor& x, const Tensor& w_gate, const Ten
     outs.push_back(output_and_scratch(x, wd.rows, s));
   }
   void* h = keep ? outs[1].mutable_data_ptr() : s.at(h_at);
-  run_gate_up(gu, c, s, x2.ptr(), wg.ptr(), wu.ptr(), h, keep ? outs[2].mutable_data_ptr() : nullptr);
-  run_linear(down, c, s, h, wd.ptr(), nullptr, outs[0].mutable_data_ptr());
+  void* g_u = keep ? outs[2].mutable_data_ptr() : nullptr;
+  if (fused.run) {
+    chain[0].out = h, chain[0].gu = g_u, chain[1].out = outs[0].mutable_data_ptr();
+    run_chain(fused, c, x2.ptr(), x2.rows, chain, 2, dt);
+  } else {
+    run_gate_up(gu, c, s, x2.ptr(), wg.ptr(), wu.ptr(), h, g_u);
+    run_linear(down, c, s, h, wd.ptr(), nullptr, outs[0].mutable_data_ptr());
+  }
   return outs;
 }
 

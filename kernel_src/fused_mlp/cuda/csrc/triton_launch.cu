@@ -367,41 +367,40 @@ void launch_cubin(const TritonCubin& c, long long programs, const KArg* args, in
                   static_cast<int>(r), ")");
 }
 
-bool launch_own_kernel(const void* kernel, int device, unsigned grid, unsigned block, unsigned smem, void** params,
-                       bool cooperative, cudaStream_t stream, const char* op) {
+void launch_own_kernel(const void* stub, cudaFunction_t function, unsigned grid, unsigned block, unsigned smem,
+                       void** params, bool cooperative, cudaStream_t stream, const char* op) {
   const Driver& d = driver();
-  if (!d.ok()) return false;
-  static std::mutex mu;
-  static std::unordered_map<const void*, CUfunction> functions[kMaxDevices];
-  STD_TORCH_CHECK(device >= 0 && device < kMaxDevices, "fused_mlp: device index ", device, " out of range");
-  CUfunction f = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = functions[device].find(kernel);
-    if (it == functions[device].end()) {
-      cudaFunction_t rf = nullptr;
-      const cudaError_t err = cudaGetFuncBySymbol(&rf, kernel);
-      STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp.", op, ": no function for the kernel on device ", device, ": ",
-                      cudaGetErrorString(err));
-      it = functions[device].emplace(kernel, reinterpret_cast<CUfunction>(rf)).first;
-    }
-    f = it->second;
+  if (d.ok()) {
+    CUlaunchConfig config = {};
+    config.gridDimX = grid, config.gridDimY = 1, config.gridDimZ = 1;
+    config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
+    config.sharedMemBytes = smem;
+    config.hStream = reinterpret_cast<CUstream>(stream);
+    CUlaunchAttribute attr;
+    attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attr.value.cooperative = 1;
+    config.attrs = cooperative ? &attr : nullptr;
+    config.numAttrs = cooperative ? 1 : 0;
+    const CUresult r = d.launch(&config, reinterpret_cast<CUfunction>(function), params, nullptr);
+    STD_TORCH_CHECK(r == CUDA_SUCCESS, "fused_mlp.", op, ": launching the kernel on ", grid, " programs with ", smem,
+                    " bytes of shared memory failed (CUresult ", static_cast<int>(r),
+                    "); FUSED_MLP_CUDA_DISABLE=persistent runs the layers one by one");
+    return;
   }
-  CUlaunchConfig config = {};
-  config.gridDimX = grid, config.gridDimY = 1, config.gridDimZ = 1;
-  config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
-  config.sharedMemBytes = smem;
-  config.hStream = reinterpret_cast<CUstream>(stream);
-  CUlaunchAttribute attr;
-  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-  attr.value.cooperative = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid, 1, 1);
+  config.blockDim = dim3(block, 1, 1);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
   config.attrs = cooperative ? &attr : nullptr;
   config.numAttrs = cooperative ? 1 : 0;
-  const CUresult r = d.launch(&config, f, params, nullptr);
-  STD_TORCH_CHECK(r == CUDA_SUCCESS, "fused_mlp.", op, ": launching the kernel on ", grid, " programs with ", smem,
-                  " bytes of shared memory failed (CUresult ", static_cast<int>(r),
-                  "); FUSED_MLP_CUDA_DISABLE=persistent runs the layers one by one");
-  return true;
+  const cudaError_t err = cudaLaunchKernelExC(&config, stub, params);
+  STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp.", op, ": launching the kernel on ", grid, " programs with ", smem,
+                  " bytes of shared memory failed: ", cudaGetErrorString(err),
+                  "; FUSED_MLP_CUDA_DISABLE=persistent runs the layers one by one");
 }
 
 }  // namespace fused_mlp

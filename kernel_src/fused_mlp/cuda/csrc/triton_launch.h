@@ -105,11 +105,11 @@ size_t triton_scratch_bytes(const TritonCubin& c, long long programs);
 void launch_cubin(const TritonCubin& c, long long programs, const KArg* args, int nargs, void* scratch,
                   cudaStream_t stream, const char* op);
 
-// Launch one of this extension's own __global__ kernels (`kernel`: its host stub) through the driver, as the cubins
-// are (the runtime's launch costs more host time), on a 1-D grid, optionally cooperative. The kernel's
-// shared-memory limit must already be raised for `smem`. False (nothing launched) when the driver lacks the
-// entry points: then launch through the runtime.
-bool launch_own_kernel(const void* kernel, int device, unsigned grid, unsigned block, unsigned smem, void** params,
-                       bool cooperative, cudaStream_t stream, const char* op);
+// Launch one of this extension's own __global__ kernels on a 1-D grid, optionally cooperative: through the
+// driver with `function` (its cudaFunction_t on the current device, from cudaGetFuncBySymbol), as the cubins
+// are (the runtime's launch costs more host time), or through the runtime with its host `stub` when the driver
+// lacks the entry points. The kernel's shared-memory limit must already allow `smem`.
+void launch_own_kernel(const void* stub, cudaFunction_t function, unsigned grid, unsigned block, unsigned smem,
+                       void** params, bool cooperative, cudaStream_t stream, const char* op);
 
 }  // namespace fused_mlp
