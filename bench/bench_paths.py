@@ -55,15 +55,9 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
     if step == "gate_up":
         x, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
         return {"gated 768x3072": lambda: kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")}
-    if step == "chain":
-        x, ws, bs = (
-            r(m, 1024),
-            [r(1024, 1024, scale=1024**-0.5) for _ in range(3)],
-            [r(1024) for _ in range(3)],
-        )
-        xg, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
-        return {"mlp 3x1024 relu": lambda: kernel.mlp(x, ws, bs, "relu"),
-                "gated 768x3072": lambda: kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh")}  # fmt: skip
+    if step == "chain":  # the whole ops that the linear and gate_up rows exercise
+        mlp = problems("linear", m, kernel, dt)["mlp 3x1024 relu"]
+        return {"mlp 3x1024 relu": mlp, **problems("gate_up", m, kernel, dt)}
     g, u = r(m, 3072), r(m, 3072)
     return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
 

@@ -22,19 +22,27 @@ GROUPS = {"tma": "tma", "persistent": "persistent"}
 TOL = 2.5e-2  # bf16, forward and backward (tests/kernels/kernel_numerics.py)
 
 
+def rnd(*shape, scale=1.0, grad=False):
+    """Fresh normal bf16 values on the GPU (never zeros), optionally requiring grad."""
+    import torch
+
+    return (torch.randn(*shape, device="cuda") * scale).to(torch.bfloat16).requires_grad_(grad)
+
+
+def rel(out, want) -> float:
+    """Relative error of `out` against the float64 `want`; inf when `out` has a NaN or inf."""
+    import torch
+
+    out = out.double()
+    return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
+
+
 def check_tma(kernel) -> list[str]:
     """The Hopper kernels from C++: linear and gate_up (inference; training with the (g, u) store)."""
     import torch
 
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
-    d, failures = torch.bfloat16, []
-
-    def rnd(*shape, scale=1.0, grad=False):
-        return (torch.randn(*shape, device="cuda") * scale).to(d).requires_grad_(grad)
-
-    def rel(out, want):
-        out = out.double()
-        return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
+    failures = []
 
     for rows in (1, 300, 1100, 4096):
         for step in ("linear", "gate_up"):
@@ -57,7 +65,7 @@ def check_tma(kernel) -> list[str]:
                     g = torch.nn.functional.gelu(p64[0] @ p64[1].T, approximate="tanh")
                     want = (g * (p64[0] @ p64[2].T)) @ p64[3].T
                     up = torch.randn_like(want)
-                    mine = torch.autograd.grad(got, (xg, wg, wu, wd), up.to(d))
+                    mine = torch.autograd.grad(got, (xg, wg, wu, wd), up.to(torch.bfloat16))
                     theirs = torch.autograd.grad(want, p64, up)
                     with torch.no_grad():
                         inferred = kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")
@@ -79,14 +87,7 @@ def check_persistent(kernel) -> list[str]:
     import torch
 
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
-    d, failures = torch.bfloat16, []
-
-    def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, device="cuda") * scale).to(d)
-
-    def rel(out, want):
-        out = out.double()
-        return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
+    failures = []
 
     ns.cuda_set_path("chain", "persistent")
     try:
