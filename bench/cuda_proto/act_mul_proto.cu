@@ -1,0 +1,220 @@
+// Standalone check + timing of act_and_mul kernel candidates (out = act(g) * u over two contiguous planes), to pick
+// what kernel_src/fused_mlp/cuda/csrc/elementwise.cu runs: the activation's math (tanhf vs the exp form), bytes per
+// thread, cache hints, grid shape. Error vs a float64 reference per dtype (and the error of rounding that reference
+// to the dtype, the best any kernel can do), NaN-filled outputs, GPU µs per call from CUDA-graph replay.
+// Built by bench/cuda_proto/build.sh; prints one JSON object per line. Usage: act_mul_proto [variants] [rows]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+#include <vector>
+
+#include "common.cuh"
+
+using namespace fused_mlp;
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    cudaError_t e_ = (x);                                                           \
+    if (e_ != cudaSuccess) {                                                        \
+      printf("{\"error\": \"%s at line %d\"}\n", cudaGetErrorString(e_), __LINE__); \
+      exit(1);                                                                      \
+    }                                                                               \
+  } while (0)
+
+// The tanh GELU as elementwise.cu computed it before 2026-12-04 (tanhf), for the comparison; FAST kernels use
+// common.cuh's act_fwd (z * sigmoid(2 * inner), one fast exp and divide).
+__device__ __forceinline__ float act_tanhf(float z, Act a) {
+  if (a != Act::GeluTanh) return act_fwd(z, a);
+  const float inner = 0.79788456080286536f * (z + 0.044715f * z * z * z);
+  return 0.5f * z * (1.f + tanhf(inner));
+}
+
+template <int HINT>
+__device__ __forceinline__ uint4 load16(const void* p) {
+  if constexpr (HINT == 1) return __ldcs(static_cast<const uint4*>(p));
+  if constexpr (HINT == 2) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+  }
+  return *static_cast<const uint4*>(p);
+}
+
+template <int HINT>
+__device__ __forceinline__ void store16(void* p, uint4 v) {
+  if constexpr (HINT == 1) __stcs(static_cast<uint4*>(p), v);
+  else *static_cast<uint4*>(p) = v;
+}
+
+// U 16-byte vectors per thread per step, loads first; FAST picks the activation's math; HINT the cache policy.
+template <typename T, int U, bool FAST, int HINT>
+__global__ void __launch_bounds__(256) act_mul(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ out,
+                                               long long nvec, Act act) {
+  constexpr int V = 16 / sizeof(T);
+  const long long stride = (long long)gridDim.x * blockDim.x * U;
+  for (long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; base < nvec; base += stride) {
+    uint4 a[U], b[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const long long i = base + (long long)j * blockDim.x;
+      if (i < nvec) a[j] = load16<HINT>(g + i * V), b[j] = load16<HINT>(u + i * V);
+    }
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const long long i = base + (long long)j * blockDim.x;
+      if (i >= nvec) break;
+      const T* av = reinterpret_cast<const T*>(&a[j]);
+      const T* bv = reinterpret_cast<const T*>(&b[j]);
+      uint4 o;
+      T* ov = reinterpret_cast<T*>(&o);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float z = to_f(av[e]);
+        ov[e] = from_f<T>((FAST ? act_fwd(z, act) : act_tanhf(z, act)) * to_f(bv[e]));
+      }
+      store16<HINT>(out + i * V, o);
+    }
+  }
+}
+
+template <typename T>
+__global__ void fill(T* p, long long n, unsigned seed, float scale) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u ^ seed;
+    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+    p[i] = from_f<T>(scale * ((x & 0xFFFFFF) / float(0x800000) - 1.f));
+  }
+}
+
+__device__ double act_ref(double z, int a) {
+  switch (a) {
+    case 3: return 0.5 * z * (1.0 + tanh(0.79788456080286536 * (z + 0.044715 * z * z * z)));
+    case 4: return z / (1.0 + exp(-z));
+    case 2: return 0.5 * z * (1.0 + erf(z * 0.70710678118654752));
+    case 1: return z > 0 ? z : 0;
+    default: return z;
+  }
+}
+
+// out[0..2]: sum (o - ref)^2, sum ref^2, non-finite count; out[3]: sum (round_T(ref) - ref)^2.
+template <typename T>
+__global__ void compare(const T* g, const T* u, const T* o, long long n, int act, double* out) {
+  double e = 0, r = 0, bad = 0, best = 0;
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
+    const double ref = act_ref(to_f(g[t]), act) * double(to_f(u[t]));
+    const float v = to_f(o[t]);
+    if (!isfinite(v)) bad += 1;
+    e += (v - ref) * (v - ref), r += ref * ref;
+    const double rt = to_f(from_f<T>(float(ref)));
+    best += (rt - ref) * (rt - ref);
+  }
+  atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad), atomicAdd(&out[3], best);
+}
+
+template <typename Body>
+float graph_us(int calls, Body&& body) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  body(s);
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t gr;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) body(s);
+  CK(cudaStreamEndCapture(s, &gr));
+  CK(cudaGraphInstantiate(&ge, gr, 0));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 25; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.f / calls);
+  }
+  std::sort(t.begin(), t.end());
+  cudaGraphExecDestroy(ge), cudaGraphDestroy(gr), cudaStreamDestroy(s);
+  return t[t.size() / 2];
+}
+
+int g_sms = 132;
+
+// variant -> (launch of one call). grid 0: one pass over the data; else that many blocks per SM, grid-stride.
+template <typename T>
+void launch(int variant, const T* g, const T* u, T* o, long long n, Act act, cudaStream_t s) {
+  const long long nvec = n / (16 / sizeof(T));
+  auto go = [&](auto kern, int units, int per_sm) {
+    const long long one_pass = (nvec + 256ll * units - 1) / (256ll * units);
+    const long long blocks = per_sm ? std::min<long long>(one_pass, (long long)g_sms * per_sm) : one_pass;
+    kern<<<unsigned(std::max<long long>(blocks, 1)), 256, 0, s>>>(g, u, o, nvec, act);
+  };
+  switch (variant) {
+    case 0: go(act_mul<T, 1, false, 0>, 1, 0); break;  // elementwise.cu before 2026-12-04
+    case 1: go(act_mul<T, 1, true, 0>, 1, 0); break;  // elementwise.cu since
+    case 2: go(act_mul<T, 1, true, 1>, 1, 0); break;
+    case 3: go(act_mul<T, 2, true, 0>, 2, 0); break;
+    case 4: go(act_mul<T, 2, true, 1>, 2, 0); break;
+    case 5: go(act_mul<T, 1, true, 2>, 1, 0); break;
+    case 6: go(act_mul<T, 2, true, 2>, 2, 0); break;
+    case 7: go(act_mul<T, 1, true, 0>, 1, 16); break;
+    case 8: go(act_mul<T, 2, true, 0>, 2, 8); break;
+    case 9: go(act_mul<T, 4, true, 1>, 4, 0); break;
+    default: printf("{\"error\": \"no variant %d\"}\n", variant), exit(1);
+  }
+}
+
+template <typename T>
+void run(long long rows, long long cols, int act, int variant, bool time_it) {
+  const long long n = rows * cols;
+  T *g, *u, *o;
+  double* acc;
+  CK(cudaMalloc(&g, n * sizeof(T)));
+  CK(cudaMalloc(&u, n * sizeof(T)));
+  CK(cudaMalloc(&o, n * sizeof(T)));
+  CK(cudaMalloc(&acc, 4 * sizeof(double)));
+  fill<<<2048, 256>>>(g, n, 7u + unsigned(rows), 4.f);  // gate in [-4, 4): both tails of the activation
+  fill<<<2048, 256>>>(u, n, 99u + unsigned(cols), 1.f);
+  CK(cudaMemset(o, 0xFF, n * sizeof(T)));  // NaN pattern: an unwritten output fails
+  launch<T>(variant, g, u, o, n, Act(act), 0);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemset(acc, 0, 4 * sizeof(double)));
+  compare<<<2048, 256>>>(g, u, o, n, act, acc);
+  double a[4];
+  CK(cudaMemcpy(a, acc, sizeof a, cudaMemcpyDeviceToHost));
+  const double den = std::max(a[1], 1e-300);
+  const float us = time_it ? graph_us(20, [&](cudaStream_t s) { launch<T>(variant, g, u, o, n, Act(act), s); }) : 0.f;
+  const char* dt = std::is_same<T, float>::value ? "fp32" : std::is_same<T, __half>::value ? "fp16" : "bf16";
+  printf("{\"rows\": %lld, \"cols\": %lld, \"act\": %d, \"dtype\": \"%s\", \"variant\": %d, \"rel\": %.3e, "
+         "\"rel_rounding\": %.3e, \"nonfinite\": %.0f, \"us\": %.2f, \"tb_per_s\": %.2f}\n",
+         rows, cols, act, dt, variant, std::sqrt(a[0] / den), std::sqrt(a[3] / den), a[2], us,
+         us > 0 ? 3.0 * n * sizeof(T) / (us * 1e6) : 0.0);
+  fflush(stdout);
+  cudaFree(g), cudaFree(u), cudaFree(o), cudaFree(acc);
+}
+
+int main(int argc, char** argv) {
+  std::vector<int> variants;
+  for (const char* p = argc > 1 ? argv[1] : "0,1,2,3,4,5,6,7,8,9"; *p;) {
+    variants.push_back(atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p) ++p;
+  }
+  CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int v : variants) {
+    run<__nv_bfloat16>(1000, 3000, 3, v, false);  // odd sizes (still whole 16-byte vectors)
+    run<__half>(333, 1000, 4, v, false);
+    run<float>(257, 1024, 3, v, false);
+    run<__nv_bfloat16>(8192, 3072, 3, v, true);
+    run<__nv_bfloat16>(8192, 3072, 4, v, true);
+    run<__half>(8192, 3072, 3, v, true);
+    run<__nv_bfloat16>(1024, 3072, 3, v, true);
+  }
+  return 0;
+}
