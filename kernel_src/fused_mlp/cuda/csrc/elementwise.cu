@@ -51,9 +51,11 @@ __global__ void act_and_mul_backward_kernel(const T* __restrict__ dout, const T*
     Vec<T, V> og, ou;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const float gz = to_f(a.v[j]), dv = to_f(d.v[j]);
-      og.v[j] = from_f<T>(dv * to_f(b.v[j]) * act_grad(gz, act));
-      ou.v[j] = from_f<T>(dv * act_fwd(gz, act));
+      const float dv = to_f(d.v[j]);
+      float f, df;
+      act_fwd_grad(to_f(a.v[j]), act, f, df);
+      og.v[j] = from_f<T>(dv * to_f(b.v[j]) * df);
+      ou.v[j] = from_f<T>(dv * f);
     }
     reinterpret_cast<Vec<T, V>*>(dg)[i] = og;
     reinterpret_cast<Vec<T, V>*>(du)[i] = ou;
@@ -129,8 +131,9 @@ void act_inplace(void* z, long long n, Act act, ScalarType dtype, cudaStream_t s
 void act_and_mul(const void* gate, const void* up, void* out, long long n, Act act, ScalarType dtype,
                  cudaStream_t stream) {
   if (n == 0) return;
-  // One 16-byte vector per thread measured faster on the H200 (40 µs for [8192, 3072] bf16) than four
-  // vectors per thread with all loads first (45 µs).
+  // One 16-byte vector per thread, one pass, no cache hints: on the H200 [8192, 3072] bf16 gelu_tanh took 36.4 µs
+  // standalone and 37.7 through the op (floor ~35.5); 2 or 4 vectors per thread, streaming or no-L1 loads and
+  // grid-stride grids measured equal or up to 5 µs slower (bench/cuda_proto/act_mul_proto.cu, bench/RESULTS.md).
   dispatch_float_types(dtype, "act_and_mul", [&](auto tag) {
     using T = decltype(tag);
     FMLP_LAUNCH_VEC(act_and_mul_kernel, T, n, aligned16(gate) && aligned16(up) && aligned16(out), stream,
