@@ -174,7 +174,7 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x8192 programs 384 ",
         # Impl codes: 0 triton, 1 cublaslt, 2 split, 3 cuda, 4 tma, 5 persistent, 6 layers
         r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3",
-        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
+        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 3",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
         r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 3",
         # the training forward (op gated_mlp_train) keeps split at every M
