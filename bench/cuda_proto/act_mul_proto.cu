@@ -2,7 +2,8 @@
 // what kernel_src/fused_mlp/cuda/csrc/elementwise.cu runs: the activation's math (tanhf vs the exp form), bytes per
 // thread, cache hints, grid shape. Error vs a float64 reference per dtype (and the error of rounding that reference
 // to the dtype, the best any kernel can do), NaN-filled outputs, GPU µs per call from CUDA-graph replay.
-// Built by bench/cuda_proto/build.sh; prints one JSON object per line. Usage: act_mul_proto [variants] [rows]
+// Also the gated backward's elementwise pass (dg = dy * u * act'(g), du = dy * act(g)): variants 100+.
+// Built by bench/cuda_proto/build.sh; prints one JSON object per line. Usage: act_mul_proto [variants]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "elementwise.cu"  // the production kernels, launched as the op launches them
 
 using namespace fused_mlp;
 
@@ -77,6 +79,59 @@ __global__ void __launch_bounds__(256) act_mul(const T* __restrict__ g, const T*
       }
       store16<HINT>(out + i * V, o);
     }
+  }
+}
+
+// The backward pass: U vectors per thread; OLD: act' and act from tanhf as shipped before 2026-12-04.
+template <typename T, int U, bool OLD, int HINT>
+__global__ void __launch_bounds__(256) act_mul_bwd(const T* __restrict__ dy, const T* __restrict__ g,
+                                                   const T* __restrict__ u, T* __restrict__ dg, T* __restrict__ du,
+                                                   long long nvec, Act act) {
+  constexpr int V = 16 / sizeof(T);
+  const long long stride = (long long)gridDim.x * blockDim.x * U;
+  for (long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; base < nvec; base += stride) {
+    uint4 a[U], b[U], c[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const long long i = base + (long long)j * blockDim.x;
+      if (i < nvec) a[j] = load16<HINT>(g + i * V), b[j] = load16<HINT>(u + i * V), c[j] = load16<HINT>(dy + i * V);
+    }
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const long long i = base + (long long)j * blockDim.x;
+      if (i >= nvec) break;
+      const T *av = reinterpret_cast<const T*>(&a[j]), *bv = reinterpret_cast<const T*>(&b[j]);
+      const T* cv = reinterpret_cast<const T*>(&c[j]);
+      uint4 og, ou;
+      T *gv = reinterpret_cast<T*>(&og), *uv = reinterpret_cast<T*>(&ou);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float z = to_f(av[e]), d = to_f(cv[e]);
+        float f, df;
+        if (OLD && act == Act::GeluTanh) {
+          const float k = 0.79788456080286536f, t = tanhf(k * (z + 0.044715f * z * z * z));
+          f = 0.5f * z * (1.f + t), df = 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * z * z);
+        } else {
+          act_fwd_grad(z, act, f, df);
+        }
+        gv[e] = from_f<T>(d * to_f(bv[e]) * df), uv[e] = from_f<T>(d * f);
+      }
+      store16<HINT>(dg + i * V, og), store16<HINT>(du + i * V, ou);
+    }
+  }
+}
+
+__device__ double act_grad_ref(double z, int a) {
+  switch (a) {
+    case 3: {
+      const double k = 0.79788456080286536, t = tanh(k * (z + 0.044715 * z * z * z));
+      return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * k * (1 + 3 * 0.044715 * z * z);
+    }
+    case 4: {
+      const double s = 1 / (1 + exp(-z));
+      return s * (1 + z * (1 - s));
+    }
+    default: return 1;
   }
 }
 
@@ -199,6 +254,74 @@ void run(long long rows, long long cols, int act, int variant, bool time_it) {
   cudaFree(g), cudaFree(u), cudaFree(o), cudaFree(acc);
 }
 
+// out[0..2]: sum (dg - ref)^2 + (du - ref)^2, sum ref^2, non-finite count; out[3]: the same for round_T(ref).
+template <typename T>
+__global__ void compare_bwd(const T* dy, const T* g, const T* u, const T* dg, const T* du, long long n, int act,
+                            double* out) {
+  double e = 0, r = 0, bad = 0, best = 0;
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
+    const double z = to_f(g[t]), d = to_f(dy[t]);
+    const double ref[2] = {d * to_f(u[t]) * act_grad_ref(z, act), d * act_ref(z, act)};
+    const float v[2] = {to_f(dg[t]), to_f(du[t])};
+    for (int k = 0; k < 2; ++k) {
+      if (!isfinite(v[k])) bad += 1;
+      const double rt = to_f(from_f<T>(float(ref[k])));
+      e += (v[k] - ref[k]) * (v[k] - ref[k]), r += ref[k] * ref[k], best += (rt - ref[k]) * (rt - ref[k]);
+    }
+  }
+  atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad), atomicAdd(&out[3], best);
+}
+
+template <typename T>
+void launch_bwd(int variant, const T* dy, const T* g, const T* u, T* dg, T* du, long long n, Act act, cudaStream_t s) {
+  const long long nvec = n / (16 / sizeof(T));
+  auto go = [&](auto kern, int units) {
+    kern<<<unsigned(std::max<long long>((nvec + 256ll * units - 1) / (256ll * units), 1)), 256, 0, s>>>(dy, g, u, dg, du,
+                                                                                                     nvec, act);
+  };
+  const ScalarType dt = std::is_same<T, float>::value    ? ScalarType::Float
+                        : std::is_same<T, __half>::value ? ScalarType::Half
+                                                         : ScalarType::BFloat16;
+  switch (variant) {
+    case 100: go(act_mul_bwd<T, 1, true, 0>, 1); break;  // elementwise.cu before 2026-12-04
+    case 101: act_and_mul_backward(dy, g, u, dg, du, n, act, dt, s); break;  // elementwise.cu now
+    case 102: go(act_mul_bwd<T, 1, false, 1>, 1); break;
+    case 103: go(act_mul_bwd<T, 2, false, 0>, 2); break;
+    case 104: go(act_mul_bwd<T, 1, false, 2>, 1); break;
+    default: printf("{\"error\": \"no variant %d\"}\n", variant), exit(1);
+  }
+}
+
+template <typename T>
+void run_bwd(long long rows, long long cols, int act, int variant, bool time_it) {
+  const long long n = rows * cols;
+  T *dy, *g, *u, *dg, *du;
+  double* acc;
+  for (T** p : {&dy, &g, &u, &dg, &du}) CK(cudaMalloc(p, n * sizeof(T)));
+  CK(cudaMalloc(&acc, 4 * sizeof(double)));
+  fill<<<2048, 256>>>(g, n, 7u + unsigned(rows), 4.f);
+  fill<<<2048, 256>>>(u, n, 99u + unsigned(cols), 1.f);
+  fill<<<2048, 256>>>(dy, n, 5u + unsigned(cols), 1.f);
+  CK(cudaMemset(dg, 0xFF, n * sizeof(T)));
+  CK(cudaMemset(du, 0xFF, n * sizeof(T)));
+  launch_bwd<T>(variant, dy, g, u, dg, du, n, Act(act), 0);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemset(acc, 0, 4 * sizeof(double)));
+  compare_bwd<<<2048, 256>>>(dy, g, u, dg, du, n, act, acc);
+  double a[4];
+  CK(cudaMemcpy(a, acc, sizeof a, cudaMemcpyDeviceToHost));
+  const double den = std::max(a[1], 1e-300);
+  const float us = time_it ? graph_us(20, [&](cudaStream_t s) { launch_bwd<T>(variant, dy, g, u, dg, du, n, Act(act), s); }) : 0.f;
+  const char* dt = std::is_same<T, float>::value ? "fp32" : std::is_same<T, __half>::value ? "fp16" : "bf16";
+  printf("{\"pass\": \"backward\", \"rows\": %lld, \"cols\": %lld, \"act\": %d, \"dtype\": \"%s\", \"variant\": %d, "
+         "\"rel\": %.3e, \"rel_rounding\": %.3e, \"nonfinite\": %.0f, \"us\": %.2f, \"tb_per_s\": %.2f}\n",
+         rows, cols, act, dt, variant, std::sqrt(a[0] / den), std::sqrt(a[3] / den), a[2], us,
+         us > 0 ? 5.0 * n * sizeof(T) / (us * 1e6) : 0.0);
+  fflush(stdout);
+  for (T* p : {dy, g, u, dg, du}) cudaFree(p);
+  cudaFree(acc);
+}
+
 int main(int argc, char** argv) {
   std::vector<int> variants;
   for (const char* p = argc > 1 ? argv[1] : "0,1,2,3,4,5,6,7,8,9"; *p;) {
@@ -208,6 +331,14 @@ int main(int argc, char** argv) {
   }
   CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   for (int v : variants) {
+    if (v >= 100) {
+      run_bwd<__nv_bfloat16>(1000, 3000, 3, v, false);
+      run_bwd<__half>(333, 1000, 4, v, false);
+      run_bwd<float>(257, 1024, 3, v, false);
+      run_bwd<__nv_bfloat16>(8192, 3072, 3, v, true);
+      run_bwd<__nv_bfloat16>(8192, 3072, 4, v, true);
+      continue;
+    }
     run<__nv_bfloat16>(1000, 3000, 3, v, false);  // odd sizes (still whole 16-byte vectors)
     run<__half>(333, 1000, 4, v, false);
     run<float>(257, 1024, 3, v, false);

@@ -2,6 +2,7 @@
 # Run the prototypes of bench/cuda_proto on the GPU machine (built here by build.sh, carried as bench/cuda_proto/bin):
 # act_and_mul candidates, the sm_90a gate/up kernel's main variants next to cuBLAS, and Nsight Compute's view of
 # cuBLAS's own [M, 2I] GEMM kernel (its name gives its tile and cluster shape). Output: $OUT/proto_*.txt.
+# env: RUN (default "act_mul gate_up ncu"), ACT_VARIANTS, GATE_UP_VARIANTS, GATE_UP_MODE (see each .cu's main).
 set -uo pipefail
 cd "$(dirname "$0")/bin"
 out=${OUT:-.}
@@ -9,9 +10,10 @@ out=${OUT:-.}
 LD_LIBRARY_PATH=$(python3 -c "import glob,site;print([p for d in site.getsitepackages() for p in glob.glob(d+'/nvidia/**/libcublas.so.13',recursive=True)][0].rsplit('/',1)[0])")
 export LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$out/proto_gpu.txt"
-timeout 120 ./act_mul_proto "${ACT_VARIANTS:-0,1,2,3,4,5,6,7,8,9}" > "$out/proto_act_mul.txt" 2>&1; echo "act_mul rc=$?"
-timeout 120 ./gate_up_proto "${GATE_UP_VARIANTS:-0,7,13}" "${GATE_UP_MODE:-0}" > "$out/proto_gate_up.txt" 2>&1; echo "gate_up rc=$?"
-if command -v ncu > /dev/null; then
+want() { [[ " ${RUN:-act_mul gate_up ncu} " == *" $1 "* ]]; }
+want act_mul && timeout 120 ./act_mul_proto "${ACT_VARIANTS:-0,1,2,3,4,5,6,7,8,9}" > "$out/proto_act_mul.txt" 2>&1 && echo "act_mul ok"
+want gate_up && timeout 120 ./gate_up_proto "${GATE_UP_VARIANTS:-0,7,13}" "${GATE_UP_MODE:-0}" > "$out/proto_gate_up.txt" 2>&1 && echo "gate_up ok"
+if want ncu && command -v ncu > /dev/null; then
   timeout 120 ncu --clock-control none --section SpeedOfLight --section LaunchStats --section MemoryWorkloadAnalysis \
     ./gate_up_proto 0 3 > "$out/proto_ncu_cublas.txt" 2>&1; echo "ncu rc=$?"
 fi
