@@ -136,6 +136,56 @@ void run(long long m, long long i, long long k, int act, int variant, bool time_
   cudaFree(x), cudaFree(w), cudaFree(h), cudaFree(c16), cudaFree(gu), cudaFree(ref), cudaFree(acc);
 }
 
+// One variant (or cuBLAS's [M, 2I] GEMM for variant -1) at 8192x3072x768, act none, timed three ways: single
+// launches each synchronized (events around one launch), a graph of 1 launch, a graph of 20 launches. Separates
+// a kernel's own duration from what back-to-back launches add.
+void launch_modes(int variant) {
+  const long long m = 8192, i = 3072, k = 768;
+  __nv_bfloat16 *x, *w, *h;
+  CK(cudaMalloc(&x, m * k * 2));
+  CK(cudaMalloc(&w, 2 * i * k * 2));
+  CK(cudaMalloc(&h, m * 2 * i * 2));
+  fill<<<1024, 256>>>(x, m * k, 17u, 1.f);
+  fill<<<1024, 256>>>(w, 2 * i * k, 91u, 1.f / std::sqrt(float(k)));
+  cublasHandle_t hb;
+  cublasCreate(&hb);
+  const float one = 1.f, zero = 0.f;
+  auto call = [&](cudaStream_t s) {
+    if (variant >= 0) {
+      launch_gate_up_sm90(x, w, w + i * k, h, m, i, k, Act::None, false, variant, s, 0);
+    } else {
+      cublasSetStream(hb, s);
+      cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * i), int(m), int(k), &one, w, CUDA_R_16BF, int(k), x,
+                   CUDA_R_16BF, int(k), &zero, h, CUDA_R_16BF, int(2 * i), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+  };
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 16; ++r) {
+    CK(cudaStreamSynchronize(s));
+    CK(cudaEventRecord(a, s));
+    call(s);
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    if (r) t.push_back(ms * 1000.f);
+  }
+  std::sort(t.begin(), t.end());
+  const float single = t[t.size() / 2];
+  const float g1 = graph_us(1, call), g20 = graph_us(20, call);
+  printf("{\"variant\": %d, \"single_launch_us\": %.2f, \"graph_of_1_us\": %.2f, \"graph_of_20_us\": %.2f}\n", variant,
+         single, g1, g20);
+  fflush(stdout);
+  cublasDestroy(hb);
+  cudaStreamDestroy(s);
+  cudaFree(x), cudaFree(w), cudaFree(h);
+}
+
 int main(int argc, char** argv) {
   // argv[1]: comma list of variants (default all); argv[2] = 1: timing only
   std::vector<int> variants;
@@ -148,7 +198,8 @@ int main(int argc, char** argv) {
   } else {
     for (int v = 0; v < 10; ++v) variants.push_back(v);
   }
-  // 0 check + time, 1 time, 2 one launch per variant (profilers), 3 one cuBLAS [M, 2I] GEMM (profilers)
+  // 0 check + time, 1 time, 2 one launch per variant (profilers), 3 one cuBLAS [M, 2I] GEMM (profilers),
+  // 4 launch_modes (variant -1: cuBLAS)
   const int mode = argc > 2 ? atoi(argv[2]) : 0;
   if (mode == 3) {  // cuBLAS's bf16 [M, 2I] GEMM once, for a profiler to name its kernel and read its counters
     const long long m = 8192, i = 3072, k = 768;
@@ -165,6 +216,10 @@ int main(int argc, char** argv) {
       cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * i), int(m), int(k), &one, w, CUDA_R_16BF, int(k), x,
                    CUDA_R_16BF, int(k), &zero, c, CUDA_R_16BF, int(2 * i), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     CK(cudaDeviceSynchronize());
+    return 0;
+  }
+  if (mode == 4) {  // launch_modes per variant; -1 = cuBLAS
+    for (int v : variants) launch_modes(v);
     return 0;
   }
   if (mode == 2) {
