@@ -20,9 +20,12 @@ constexpr int kBM = 128, kBN = 128, kThreads = 384;
 
 // Tuning knobs of one kernel instance: K per stage (64: 128-byte swizzle, 32: 64-byte), ring depth, whether a
 // stage is released right after its MMAs (wait 0) or one stage later (wait 1, keeps the tensor pipe fed), and
-// the epilogue (0: accurate activation, 1: fast tanh/exp approximations, 2: no stores: timing only).
-template <int BK, int STAGES, bool WAIT0, int EPI, bool SHARE = true, bool LOADS = true>
+// the epilogue (0: accurate activation, 1: fast tanh/exp approximations, 2: no stores: timing only, 3: the
+// result through shared memory (128-byte swizzled 64 x 64 boxes, conflict-free from the accumulator layout) and
+// TMA stores that run while the next tile's main loop starts).
+template <int BK, int STAGES, bool WAIT0, int EPI, bool SHARE = true, bool LOADS = true, int ACT = -1>
 struct Cfg {
+  static constexpr int kAct = ACT;  // >= 0: the activation fixed at compile time (one activation's code inlined)
   static constexpr bool kLoads = LOADS;  // false: timing only, the MMAs run on whatever shared memory holds
   static constexpr int kBK = BK, kStages = STAGES, kEpi = EPI;
   static constexpr bool kWait0 = WAIT0;
@@ -31,7 +34,8 @@ struct Cfg {
   static constexpr int kABytes = kBM * BK * 2;
   static constexpr int kHalfBytes = kBN * BK * 2;  // the gate (or up) half of the B tile
   static constexpr int kStageBytes = kABytes + 2 * kHalfBytes;
-  static constexpr size_t kSmemBytes = size_t(STAGES) * kStageBytes + 1024 + 2 * STAGES * sizeof(uint64_t);
+  static constexpr int kOutBytes = EPI == 3 ? kBM * kBN * 2 : 0;  // two consumer halves of 64 x 128
+  static constexpr size_t kSmemBytes = size_t(STAGES) * kStageBytes + kOutBytes + 1024 + 2 * STAGES * sizeof(uint64_t);
 };
 constexpr int kMaxDevices = 64;
 
@@ -65,14 +69,16 @@ __device__ __forceinline__ float act_fast(float z, Act a) {
 template <typename T, int kCluster, typename C>
 __global__ void __launch_bounds__(kThreads, 1)
     gate_up_sm90_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tg,
-                        const __grid_constant__ CUtensorMap tu, T* __restrict__ h, int m, int n, int k, int act_code) {
+                        const __grid_constant__ CUtensorMap tu, const __grid_constant__ CUtensorMap th,
+                        T* __restrict__ h, int m, int n, int k, int act_code) {
 #if defined(FUSED_MLP_SM90)
   using namespace sm90;
   constexpr int kBK = C::kBK, kStages = C::kStages, kStageBytes = C::kStageBytes;
   extern __shared__ unsigned char smem_raw[];
   // The swizzle needs 1024-byte aligned tiles; the offset is the same in every CTA (multicast relies on it).
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  unsigned char* out_tile = smem + kStages * kStageBytes;  // EPI 3 only
+  uint64_t* full = reinterpret_cast<uint64_t*>(out_tile + C::kOutBytes);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const unsigned rank = kCluster > 1 ? cluster_rank() : 0;
@@ -121,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     regs_inc<232>();
-    const Act act = static_cast<Act>(act_code);
+    const Act act = C::kAct >= 0 ? static_cast<Act>(C::kAct) : static_cast<Act>(act_code);
     const int c = wg - 1, warp = tid / 32, lane = tid % 32;
     float d[128];
     int s = 0;
@@ -158,6 +164,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // Accumulator layout of m64nNk16: warp w holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1) in
       // d[4j .. 4j+3]; chunks j < 16 are gate columns, j + 16 the up columns of the same outputs.
+      if constexpr (C::kEpi == 3) {
+        unsigned char* out = out_tile + c * (64 * kBN * 2);  // this warpgroup's rows: boxes of columns 0-63, 64-127
+        if (tid == 0) bulk_wait_read<0>();  // the previous tile's stores have read the buffer
+        named_bar_sync(1 + c, 128);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int rl = warp * 16 + lane / 4 + 8 * hh;
+            const float v0 = act_fwd(d[4 * j + 2 * hh], act) * d[64 + 4 * j + 2 * hh];
+            const float v1 = act_fwd(d[4 * j + 2 * hh + 1], act) * d[64 + 4 * j + 2 * hh + 1];
+            // 128-byte swizzle: 16-byte chunk (j % 8) of row rl sits at chunk (j % 8) ^ (rl % 8)
+            unsigned char* at = out + (j >> 3) * (64 * 128) + rl * 128 + (((j & 7) ^ (rl & 7)) << 4) + 4 * (lane % 4);
+            store_pair<T>(reinterpret_cast<T*>(at), v0, v1);
+          }
+        }
+        fence_proxy_async_smem();
+        named_bar_sync(1 + c, 128);
+        if (tid == 0) {  // TMA clips rows and columns past m and n
+          tma_store_2d(&th, out, n0, m0 + c * 64);
+          tma_store_2d(&th, out + 64 * 128, n0 + 64, m0 + c * 64);
+          bulk_commit();
+        }
+        continue;
+      }
       const int row = m0 + c * 64 + warp * 16 + lane / 4;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
@@ -180,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  if (C::kEpi == 3 && wg > 0 && threadIdx.x % 128 == 0) sm90::bulk_wait<0>();  // stores done before the CTA exits
   // No CTA leaves while its cluster peer may still arrive on its barriers.
   if (kCluster > 1) cluster_sync();
 #endif
@@ -254,6 +286,7 @@ void launch(const void* x, const void* wg, const void* wu, void* h, long long m,
   const CUtensorMap tx = tensor_map(x, m, k, half, kBM, C::kBK);
   const CUtensorMap tg = tensor_map(wg, i, k, half, kBN, C::kBK);
   const CUtensorMap tu = tensor_map(wu, i, k, half, kBN, C::kBK);
+  const CUtensorMap th = tensor_map(h, m, i, half, 64, 64);  // the output in 64 x 64 boxes (EPI 3)
   const long long tiles = ((m + kBM - 1) / kBM + kCluster - 1) / kCluster * ((i + kBN - 1) / kBN);
   long long grid = prepared_grid<T, kCluster, C>(device);
   grid = std::min(grid, tiles * kCluster);
@@ -263,7 +296,7 @@ void launch(const void* x, const void* wg, const void* wu, void* h, long long m,
   attr.val.clusterDim.x = kCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
   cfg.gridDim = dim3(unsigned(grid)), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = C::kSmemBytes;
   cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, gate_up_sm90_kernel<T, kCluster, C>, tx, tg, tu,
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, gate_up_sm90_kernel<T, kCluster, C>, tx, tg, tu, th,
                                              static_cast<T*>(h), int(m), int(i), int(k), int(act));
   STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp.gated_mlp: launching the sm_90a gate/up kernel failed: ",
                   cudaGetErrorString(err));
@@ -289,6 +322,15 @@ void launch_variant(int variant, const void* x, const void* wg, const void* wu, 
     case 13: return launch<T, 1, Cfg<64, 4, false, 2, true, false>>(x, wg, wu, h, m, i, k, act, stream, device);
     case 14: return launch<T, 1, Cfg<64, 4, true, 2, true, false>>(x, wg, wu, h, m, i, k, act, stream, device);
     case 12: return launch<T, 2, Cfg<64, 4, false, 2>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 15: return launch<T, 1, Cfg<64, 4, false, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 16: return launch<T, 2, Cfg<64, 4, false, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    // gelu_tanh compiled in (other activations give wrong results): TMA-store / direct-store epilogue
+    case 17: return launch<T, 1, Cfg<64, 4, false, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 18: return launch<T, 1, Cfg<64, 4, false, 0, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 19: return launch<T, 1, Cfg<64, 4, false, 3, true, true, 0>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 20: return launch<T, 2, Cfg<64, 4, false, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 21: return launch<T, 2, Cfg<64, 4, false, 3, false, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 22: return launch<T, 1, Cfg<64, 4, true, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
     default: STD_TORCH_CHECK(false, "fused_mlp: no sm_90a gate/up variant ", variant);
   }
 }
