@@ -52,10 +52,12 @@ __device__ __forceinline__ void store16(void* p, uint4 v) {
 }
 
 // U 16-byte vectors per thread per step, loads first; FAST picks the activation's math; HINT the cache policy.
-template <typename T, int U, bool FAST, int HINT>
+// CA >= 0: the activation compiled in (the act argument ignored).
+template <typename T, int U, bool FAST, int HINT, int CA = -1>
 __global__ void __launch_bounds__(256) act_mul(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ out,
-                                               long long nvec, Act act) {
+                                               long long nvec, Act act_arg) {
   constexpr int V = 16 / sizeof(T);
+  const Act act = CA >= 0 ? Act(CA) : act_arg;
   const long long stride = (long long)gridDim.x * blockDim.x * U;
   for (long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; base < nvec; base += stride) {
     uint4 a[U], b[U];
@@ -83,11 +85,12 @@ __global__ void __launch_bounds__(256) act_mul(const T* __restrict__ g, const T*
 }
 
 // The backward pass: U vectors per thread; OLD: act' and act from tanhf as shipped before 2026-12-04.
-template <typename T, int U, bool OLD, int HINT>
+template <typename T, int U, bool OLD, int HINT, int CA = -1>
 __global__ void __launch_bounds__(256) act_mul_bwd(const T* __restrict__ dy, const T* __restrict__ g,
                                                    const T* __restrict__ u, T* __restrict__ dg, T* __restrict__ du,
-                                                   long long nvec, Act act) {
+                                                   long long nvec, Act act_arg) {
   constexpr int V = 16 / sizeof(T);
+  const Act act = CA >= 0 ? Act(CA) : act_arg;
   const long long stride = (long long)gridDim.x * blockDim.x * U;
   for (long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; base < nvec; base += stride) {
     uint4 a[U], b[U], c[U];
@@ -221,6 +224,8 @@ void launch(int variant, const T* g, const T* u, T* o, long long n, Act act, cud
     case 7: go(act_mul<T, 1, true, 0>, 1, 16); break;
     case 8: go(act_mul<T, 2, true, 0>, 2, 8); break;
     case 9: go(act_mul<T, 4, true, 1>, 4, 0); break;
+    case 10: go(act_mul<T, 1, true, 0, 3>, 1, 0); break;  // gelu_tanh compiled in (other rows: wrong activation)
+    case 11: go(act_mul<T, 1, true, 0, 4>, 1, 0); break;  // silu compiled in
     default: printf("{\"error\": \"no variant %d\"}\n", variant), exit(1);
   }
 }
@@ -288,6 +293,8 @@ void launch_bwd(int variant, const T* dy, const T* g, const T* u, T* dg, T* du, 
     case 102: go(act_mul_bwd<T, 1, false, 1>, 1); break;
     case 103: go(act_mul_bwd<T, 2, false, 0>, 2); break;
     case 104: go(act_mul_bwd<T, 1, false, 2>, 1); break;
+    case 105: go(act_mul_bwd<T, 1, false, 0, 3>, 1); break;  // gelu_tanh compiled in
+    case 106: go(act_mul_bwd<T, 1, false, 0, 4>, 1); break;  // silu compiled in
     default: printf("{\"error\": \"no variant %d\"}\n", variant), exit(1);
   }
 }
