@@ -9,7 +9,6 @@ bench/cuda_proto does) — the two disagreed by up to 1.5 µs on 2026-12-04. GPU
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -52,14 +51,10 @@ def candidates(m: int, label: str, kernel, compiled, act_and_mul_kernel) -> tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
-    loaded = harness.load_cuda_kernel(args, "act_mul_sweep")
-    if loaded is None:
+    got = harness.parse_and_load_cuda(harness.tool_parser(__doc__), argv, "act_mul_sweep")
+    if got is None:
         return 2
-    label, kernel = loaded
+    args, label, kernel = got
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     from fused_mlp.triton.act_and_mul import act_and_mul_kernel
 

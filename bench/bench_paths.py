@@ -15,7 +15,6 @@ the changes into paths.py. Forcing a step forces it in every op (the table can a
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -130,18 +129,15 @@ def best(rows: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--json", type=Path, default=None)
+    parser = harness.tool_parser(__doc__)
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     parser.add_argument(
         "--steps", default=",".join(IMPLS), help="comma list of steps to measure (default: all)"
     )
-    args = parser.parse_args(argv)
-    loaded = harness.load_cuda_kernel(args, "bench_paths")
-    if loaded is None:
+    got = harness.parse_and_load_cuda(parser, argv, "bench_paths")
+    if got is None:
         return 2
-    label, kernel = loaded
+    args, label, kernel = got
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     report = {"environment": harness.environment(), "kernels": harness.describe({label: kernel}), "rows": []}
 

@@ -9,7 +9,6 @@ Also a stack of 8 distinct copies of the weights called in turn, so the weights 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from functools import partial
 from pathlib import Path
@@ -21,14 +20,10 @@ import harness
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
-    loaded = harness.load_cuda_kernel(args, "chain_cost")
-    if loaded is None:
+    got = harness.parse_and_load_cuda(harness.tool_parser(__doc__), argv, "chain_cost")
+    if got is None:
         return 2
-    label, kernel = loaded
+    args, label, kernel = got
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     d = torch.bfloat16
 

@@ -89,6 +89,24 @@ def load_cuda_kernel(args: argparse.Namespace, tool: str) -> tuple[str, ModuleTy
     return None
 
 
+def tool_parser(doc: str) -> argparse.ArgumentParser:
+    """The argument parser every benchmark tool starts from: the loading options and --json OUT."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_loading_args(parser)
+    parser.add_argument("--json", type=Path, default=None)
+    return parser
+
+
+def parse_and_load_cuda(
+    parser: argparse.ArgumentParser, argv: list[str] | None, tool: str
+) -> tuple[argparse.Namespace, str, ModuleType] | None:
+    """(args, label, module) for the tools that force the stable-ABI kernel's C++ paths; None (said on stderr)
+    when no such kernel was loaded."""
+    args = parser.parse_args(argv)
+    loaded = load_cuda_kernel(args, tool)
+    return None if loaded is None else (args, *loaded)
+
+
 def describe(kernels: dict[str, ModuleType]) -> dict[str, dict]:
     """What each loaded kernel is: backend, loader info, and the CUDA extension's build info if any."""
     out = {}

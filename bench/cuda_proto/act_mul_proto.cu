@@ -13,17 +13,10 @@
 
 #include "common.cuh"
 #include "elementwise.cu"  // the production kernels, launched as the op launches them
+#include "proto_harness.cuh"
 
 using namespace fused_mlp;
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      printf("{\"error\": \"%s at line %d\"}\n", cudaGetErrorString(e_), __LINE__); \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
 
 // The tanh GELU as elementwise.cu computed it before 2026-12-04 (tanhf), for the comparison; FAST kernels use
 // common.cuh's act_fwd (z * sigmoid(2 * inner), one fast exp and divide).
@@ -138,14 +131,6 @@ __device__ double act_grad_ref(double z, int a) {
   }
 }
 
-template <typename T>
-__global__ void fill(T* p, long long n, unsigned seed, float scale) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    unsigned x = unsigned(i) * 2654435761u ^ seed;
-    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-    p[i] = from_f<T>(scale * ((x & 0xFFFFFF) / float(0x800000) - 1.f));
-  }
-}
 
 __device__ double act_ref(double z, int a) {
   switch (a) {
@@ -172,37 +157,22 @@ __global__ void compare(const T* g, const T* u, const T* o, long long n, int act
   atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad), atomicAdd(&out[3], best);
 }
 
-template <typename Body>
-float graph_us(int calls, Body&& body) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  body(s);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t gr;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) body(s);
-  CK(cudaStreamEndCapture(s, &gr));
-  CK(cudaGraphInstantiate(&ge, gr, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 25; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  cudaGraphExecDestroy(ge), cudaGraphDestroy(gr), cudaStreamDestroy(s);
-  return t[t.size() / 2];
-}
 
 int g_sms = 132;
+
+// One JSON line: errors from compare's sums a[0..3] (see compare), µs per call and the bandwidth of `planes`
+// [rows, cols] buffers read or written per call.
+template <typename T>
+void report(const char* pass, long long rows, long long cols, int act, int variant, const double (&a)[4], float us,
+            int planes) {
+  const char* dt = std::is_same<T, float>::value ? "fp32" : std::is_same<T, __half>::value ? "fp16" : "bf16";
+  const double den = std::max(a[1], 1e-300);
+  printf("{\"pass\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"act\": %d, \"dtype\": \"%s\", \"variant\": %d, "
+         "\"rel\": %.3e, \"rel_rounding\": %.3e, \"nonfinite\": %.0f, \"us\": %.2f, \"tb_per_s\": %.2f}\n",
+         pass, rows, cols, act, dt, variant, std::sqrt(a[0] / den), std::sqrt(a[3] / den), a[2], us,
+         us > 0 ? double(planes) * rows * cols * sizeof(T) / (us * 1e6) : 0.0);
+  fflush(stdout);
+}
 
 // variant -> (launch of one call). grid 0: one pass over the data; else that many blocks per SM, grid-stride.
 template <typename T>
@@ -248,14 +218,8 @@ void run(long long rows, long long cols, int act, int variant, bool time_it) {
   compare<<<2048, 256>>>(g, u, o, n, act, acc);
   double a[4];
   CK(cudaMemcpy(a, acc, sizeof a, cudaMemcpyDeviceToHost));
-  const double den = std::max(a[1], 1e-300);
   const float us = time_it ? graph_us(20, [&](cudaStream_t s) { launch<T>(variant, g, u, o, n, Act(act), s); }) : 0.f;
-  const char* dt = std::is_same<T, float>::value ? "fp32" : std::is_same<T, __half>::value ? "fp16" : "bf16";
-  printf("{\"rows\": %lld, \"cols\": %lld, \"act\": %d, \"dtype\": \"%s\", \"variant\": %d, \"rel\": %.3e, "
-         "\"rel_rounding\": %.3e, \"nonfinite\": %.0f, \"us\": %.2f, \"tb_per_s\": %.2f}\n",
-         rows, cols, act, dt, variant, std::sqrt(a[0] / den), std::sqrt(a[3] / den), a[2], us,
-         us > 0 ? 3.0 * n * sizeof(T) / (us * 1e6) : 0.0);
-  fflush(stdout);
+  report<T>("forward", rows, cols, act, variant, a, us, 3);
   cudaFree(g), cudaFree(u), cudaFree(o), cudaFree(acc);
 }
 
@@ -317,25 +281,14 @@ void run_bwd(long long rows, long long cols, int act, int variant, bool time_it)
   compare_bwd<<<2048, 256>>>(dy, g, u, dg, du, n, act, acc);
   double a[4];
   CK(cudaMemcpy(a, acc, sizeof a, cudaMemcpyDeviceToHost));
-  const double den = std::max(a[1], 1e-300);
   const float us = time_it ? graph_us(20, [&](cudaStream_t s) { launch_bwd<T>(variant, dy, g, u, dg, du, n, Act(act), s); }) : 0.f;
-  const char* dt = std::is_same<T, float>::value ? "fp32" : std::is_same<T, __half>::value ? "fp16" : "bf16";
-  printf("{\"pass\": \"backward\", \"rows\": %lld, \"cols\": %lld, \"act\": %d, \"dtype\": \"%s\", \"variant\": %d, "
-         "\"rel\": %.3e, \"rel_rounding\": %.3e, \"nonfinite\": %.0f, \"us\": %.2f, \"tb_per_s\": %.2f}\n",
-         rows, cols, act, dt, variant, std::sqrt(a[0] / den), std::sqrt(a[3] / den), a[2], us,
-         us > 0 ? 5.0 * n * sizeof(T) / (us * 1e6) : 0.0);
-  fflush(stdout);
+  report<T>("backward", rows, cols, act, variant, a, us, 5);
   for (T* p : {dy, g, u, dg, du}) cudaFree(p);
   cudaFree(acc);
 }
 
 int main(int argc, char** argv) {
-  std::vector<int> variants;
-  for (const char* p = argc > 1 ? argv[1] : "0,1,2,3,4,5,6,7,8,9"; *p;) {
-    variants.push_back(atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p) ++p;
-  }
+  const std::vector<int> variants = parse_list(argc > 1 ? argv[1] : "0,1,2,3,4,5,6,7,8,9");
   CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   for (int v : variants) {
     if (v >= 100) {

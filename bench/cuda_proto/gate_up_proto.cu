@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gate_up_sm90.cu"
+#include "proto_harness.cuh"
 
 namespace fused_mlp {
 int gate_up_sm90_grid(int variant, bool half, int device);
@@ -17,23 +18,7 @@ int gate_up_sm90_grid(int variant, bool half, int device);
 
 using namespace fused_mlp;
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      printf("{\"error\": \"%s at line %d\"}\n", cudaGetErrorString(e_), __LINE__);       \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
 
-template <typename T>
-__global__ void fill(T* p, long long n, unsigned seed, float scale) {
-  for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    unsigned x = unsigned(i) * 2654435761u ^ seed;
-    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-    p[i] = from_f<T>(scale * ((x & 0xFFFFFF) / float(0x800000) - 1.f));
-  }
-}
 
 __global__ void ref_epilogue(const float* gu, float* ref, long long m, long long i, int act) {
   for (long long t = blockIdx.x * blockDim.x + threadIdx.x; t < m * i; t += gridDim.x * blockDim.x) {
@@ -55,35 +40,6 @@ __global__ void compare(const T* h, const float* ref, long long n, double* out) 
   atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad);
 }
 
-template <typename T>
-float graph_us(int calls, T&& body) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  body(s);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) body(s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 15; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
-  return t[t.size() / 2];
-}
 
 template <typename T>
 void run(long long m, long long i, long long k, int act, int variant, bool time_it) {
@@ -188,36 +144,10 @@ void launch_modes(int variant) {
 
 int main(int argc, char** argv) {
   // argv[1]: comma list of variants (default all); argv[2] = 1: timing only
-  std::vector<int> variants;
-  if (argc > 1) {
-    for (const char* p = argv[1]; *p;) {
-      variants.push_back(atoi(p));
-      while (*p && *p != ',') ++p;
-      if (*p) ++p;
-    }
-  } else {
-    for (int v = 0; v < 10; ++v) variants.push_back(v);
-  }
-  // 0 check + time, 1 time, 2 one launch per variant (profilers), 3 one cuBLAS [M, 2I] GEMM (profilers),
-  // 4 launch_modes (variant -1: cuBLAS)
+  const std::vector<int> variants = parse_list(argc > 1 ? argv[1] : "0,7,13,15,17");
+  // 0 check + time, 1 time, 2 one launch per variant (profilers), 4 launch_modes (variant -1: cuBLAS's [M, 2I]
+  // GEMM; under a profiler, e.g. `ncu -k regex:nvjet --launch-count 1 gate_up_proto -1 4`, it names cuBLAS's kernel)
   const int mode = argc > 2 ? atoi(argv[2]) : 0;
-  if (mode == 3) {  // cuBLAS's bf16 [M, 2I] GEMM once, for a profiler to name its kernel and read its counters
-    const long long m = 8192, i = 3072, k = 768;
-    __nv_bfloat16 *x, *w, *c;
-    CK(cudaMalloc(&x, m * k * 2));
-    CK(cudaMalloc(&w, 2 * i * k * 2));
-    CK(cudaMalloc(&c, m * 2 * i * 2));
-    fill<<<1024, 256>>>(x, m * k, 17u, 1.f);
-    fill<<<1024, 256>>>(w, 2 * i * k, 91u, 1.f / std::sqrt(float(k)));
-    cublasHandle_t hb;
-    cublasCreate(&hb);
-    const float one = 1.f, zero = 0.f;
-    for (int r = 0; r < 2; ++r)  // the second call is the one to read: the first may load the kernel
-      cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * i), int(m), int(k), &one, w, CUDA_R_16BF, int(k), x,
-                   CUDA_R_16BF, int(k), &zero, c, CUDA_R_16BF, int(2 * i), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    CK(cudaDeviceSynchronize());
-    return 0;
-  }
   if (mode == 4) {  // launch_modes per variant; -1 = cuBLAS
     for (int v : variants) launch_modes(v);
     return 0;

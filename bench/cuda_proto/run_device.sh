@@ -15,5 +15,5 @@ want act_mul && timeout 120 ./act_mul_proto "${ACT_VARIANTS:-0,1,2,3,4,5,6,7,8,9
 want gate_up && timeout 120 ./gate_up_proto "${GATE_UP_VARIANTS:-0,7,13}" "${GATE_UP_MODE:-0}" > "$out/proto_gate_up.txt" 2>&1 && echo "gate_up ok"
 if want ncu && command -v ncu > /dev/null; then
   timeout 120 ncu --clock-control none --section SpeedOfLight --section LaunchStats --section MemoryWorkloadAnalysis \
-    ./gate_up_proto 0 3 > "$out/proto_ncu_cublas.txt" 2>&1; echo "ncu rc=$?"
+    -k regex:nvjet --launch-skip 1 --launch-count 1 ./gate_up_proto -1 4 > "$out/proto_ncu_cublas.txt" 2>&1 && echo "ncu ok"
 fi
