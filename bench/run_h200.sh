@@ -15,7 +15,7 @@
 # stage's batch sizes (default 16,1024: each training row costs ~35 s with compile, and bench_model's own
 # 1,16,128,1024 ran past 120 s on 2026-12-03). Each stage has a time
 # limit (T_TESTS=120 for tests/cuda and T_TESTS_TRITON=T_TESTS for the Triton JIT suite, run side by side; the JIT
-# suite did not finish in 150 s on 2026-12-04: give it STAGES=tests T_TESTS_TRITON=400 in a call of its own; T_CHECK=40, T_HOST=40, T_PATHS=150,
+# suite took 175 s alone on 2026-12-04 (89 tests): give it STAGES=tests T_TESTS_TRITON=300 in a call of its own; T_CHECK=40, T_HOST=40, T_PATHS=150,
 # T_OPS=110, T_MODEL=230, T_LOADER=100 + 40 for its publish) and writes its JSON as it goes, so the summary always prints. `check` (bench/check_paths.py) runs the newest C++ paths (the Hopper
 # kernels) in a child process first; a failing one is switched off (FUSED_MLP_CUDA_DISABLE) for the later
 # stages, which then run its step's fallback, and the log says so.
