@@ -1,6 +1,8 @@
-"""One call (or training step) of a loaded kernel between cudaProfilerStart/Stop, for Nsight Compute to list
-every kernel it launches with its GPU time: where a workload's microseconds go. Warm-up calls first, so the
-profiled one runs what a steady loop runs (plans and cuBLASLt heuristics cached, no first-use work).
+"""One call of a bench_ops.py workload (forward, or forward + backward) between cudaProfilerStart/Stop, for Nsight
+Compute to list every kernel it launches with its GPU time: where a row of the ops table goes. The call is the one
+bench_ops.py times (the shared workloads' inputs and `as_call`: backward through autograd.grad, nothing accumulated
+into .grad), for each loaded kernel and, with --compile, torch.compile of bench_ops' eager forward. Warm-up calls
+first, so the profiled one runs what a steady loop runs.
 
     ncu --profile-from-start off --cache-control none --clock-control none --metrics gpu__time_duration.sum \\
         --csv python bench/profile_step.py --variant-dir DIR=stable-abi --op gated --rows 8192 --mode train
@@ -11,67 +13,43 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+import bench_ops
 import harness
 
-
-def step(kernel, op: str, m: int, train: bool, dt: torch.dtype):
-    """The call to profile: the same shapes as bench_ops.py's rows (gated H=768 I=3072, mlp 3x1024 relu)."""
-
-    def r(*shape, scale=1.0):
-        return (torch.randn(*shape, device="cuda", dtype=dt) * scale).requires_grad_(train)
-
-    if op == "gated":
-        x, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
-        fwd = lambda: kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")
-    else:
-        x, ws = r(m, 1024), [r(1024, 1024, scale=1024**-0.5) for _ in range(3)]
-        bs = [r(1024) for _ in range(3)]
-        fwd = lambda: kernel.mlp(x, ws, bs, "relu")
-    if not train:
-        return lambda: fwd()
-    dy = torch.randn(m, 768 if op == "gated" else 1024, device="cuda", dtype=dt)
-    return lambda: fwd().backward(dy)
+from registry.client.workloads import Workload, api_forward, as_call, make_inputs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     harness.add_loading_args(parser)
-    parser.add_argument("--op", choices=("gated", "mlp"), default="gated")
+    parser.add_argument("--op", choices=("gated", "mlp", "act_and_mul"), default="gated")
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--mode", choices=("train", "infer"), default="train")
-    parser.add_argument("--compile", action="store_true", help="also profile torch.compile of the eager ops")
+    parser.add_argument(
+        "--compile", action="store_true", help="also profile torch.compile of the eager forward"
+    )
     args = parser.parse_args(argv)
-    kernels = harness.load_kernels(args)
+    w = Workload(args.op, args.rows, train=args.mode == "train")
+    a = make_inputs(w, torch.bfloat16)
+    forwards = {
+        label: (lambda k=kernel: api_forward(w, a, k)) for label, kernel in harness.load_kernels(args).items()
+    }
     if args.compile:
-        kernels["compile"] = SimpleNamespace(
-            gated_mlp=torch.compile(
-                lambda x, wg, wu, wd, act: F.linear(
-                    F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu), wd
-                )
-            ),
-            mlp=torch.compile(
-                lambda x, ws, bs, act: F.linear(
-                    F.relu(F.linear(F.relu(F.linear(x, ws[0], bs[0])), ws[1], bs[1])), ws[2], bs[2]
-                )
-            ),
-        )
-    for label, kernel in kernels.items():
-        call = step(kernel, args.op, args.rows, args.mode == "train", torch.bfloat16)
-        with torch.no_grad() if args.mode == "infer" else torch.enable_grad():
-            for _ in range(3):
-                call()
-            torch.cuda.synchronize()
-            print(f"profiling {label}: {args.op} M={args.rows} {args.mode}", flush=True)
-            torch.cuda.cudart().cudaProfilerStart()
+        forwards["compile"] = torch.compile(lambda: bench_ops.eager_forward(w, a), dynamic=False)
+    for label, forward in forwards.items():
+        call = as_call(w, a, forward)
+        for _ in range(3):
             call()
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStop()
+        torch.cuda.synchronize()
+        print(f"profiling {label}: {w.name}", flush=True)
+        torch.cuda.cudart().cudaProfilerStart()
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
     return 0
 
 
