@@ -1,8 +1,9 @@
 """act_and_mul on [M, 3072] bf16 gelu_tanh, every candidate in one process on the GPU: the built stable-ABI
 variant forced to each of its implementations (CUDA C++ and the AOT Triton cubin), torch.compile of the eager
 expression, and the Triton kernel (kernel_src's source, JIT) at several BLOCK / num_warps, each with a fresh
-output per call (what an op does) and with one preallocated output (what a standalone harness like
-bench/cuda_proto does) — the two disagreed by up to 1.5 µs on 2026-12-04. GPU µs per call from graph replay.
+output per call (what an op does) and with one preallocated output (what bench/cuda_proto's standalone harness
+does, which measured the same CUDA kernel ~1.3 µs faster than the op on 2026-12-04; for the Triton kernel the two
+made no difference). GPU µs per call from graph replay.
 
     PYTHONPATH=kernel_src python bench/act_mul_sweep.py --variant-dir DIR=stable-abi [--json out.json]
 """

@@ -51,6 +51,11 @@ __device__ __forceinline__ float gelu_tanh_sigmoid(float z, float& e) {
 // 1 - s for s = 1 / (1 + e): e * s, except where e = inf made s = 0 (then 1).
 __device__ __forceinline__ float one_minus_sigmoid(float e, float s) { return fminf(e * s, 1.f); }
 
+// d/dz of the tanh GELU from gelu_tanh_sigmoid's s and e: with s = 0.5 * (1 + tanh), 0.5 * (1 - tanh^2) = 2 s (1 - s).
+__device__ __forceinline__ float gelu_tanh_grad(float z, float s, float e) {
+  return s * (1.f + 2.f * z * one_minus_sigmoid(e, s) * 0.79788456080286536f * (1.f + 3.f * 0.044715f * z * z));
+}
+
 __device__ __forceinline__ float act_fwd(float z, Act a) {
   switch (a) {
     case Act::Relu: return z > 0.f ? z : 0.f;
@@ -74,10 +79,9 @@ __device__ __forceinline__ float act_grad(float z, Act a) {
       return cdf + z * pdf;
     }
     case Act::GeluTanh: {
-      // With s = 0.5 * (1 + tanh): 0.5 * (1 - tanh^2) = 2 s (1 - s).
       float e;
       const float s = gelu_tanh_sigmoid(z, e);
-      return s * (1.f + 2.f * z * one_minus_sigmoid(e, s) * 0.79788456080286536f * (1.f + 3.f * 0.044715f * z * z));
+      return gelu_tanh_grad(z, s, e);
     }
     case Act::Silu: {
       const float s = 1.f / (1.f + __expf(-z));
@@ -99,8 +103,7 @@ __device__ __forceinline__ void act_fwd_grad(float z, Act a, float& f, float& d)
     case Act::GeluTanh: {
       float e;
       const float s = gelu_tanh_sigmoid(z, e);
-      f = z * s;
-      d = s * (1.f + 2.f * z * one_minus_sigmoid(e, s) * 0.79788456080286536f * (1.f + 3.f * 0.044715f * z * z));
+      f = z * s, d = gelu_tanh_grad(z, s, e);
       return;
     }
     case Act::Silu: {
