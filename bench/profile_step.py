@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compile", action="store_true", help="also profile torch.compile of the eager forward"
     )
+    parser.add_argument(
+        "--cublaslt",
+        action="store_true",
+        help="also profile bench_ops' cuBLASLt-epilogue anchor (torch._addmm_activation; mlp inference only)",
+    )
     args = parser.parse_args(argv)
     w = Workload(args.op, args.rows, train=args.mode == "train")
     a = make_inputs(w, torch.bfloat16)
@@ -40,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.compile:
         forwards["compile"] = torch.compile(lambda: bench_ops.eager_forward(w, a), dynamic=False)
+    if args.cublaslt and bench_ops.cublaslt_forward(w, a) is not None:
+        forwards["cublaslt_epilogue"] = lambda: bench_ops.cublaslt_forward(w, a)
     for label, forward in forwards.items():
         call = as_call(w, a, forward)
         for _ in range(3):
