@@ -23,8 +23,9 @@ constexpr int kBM = 128, kBN = 128, kThreads = 384;
 // the epilogue (0: accurate activation, 1: fast tanh/exp approximations, 2: no stores: timing only, 3: the
 // result through shared memory (128-byte swizzled 64 x 64 boxes, conflict-free from the accumulator layout) and
 // TMA stores that run while the next tile's main loop starts).
-template <int BK, int STAGES, bool WAIT0, int EPI, bool SHARE = true, bool LOADS = true, int ACT = -1>
+template <int BK, int STAGES, bool WAIT0, int EPI, bool SHARE = true, bool LOADS = true, int ACT = -1, int PART = 0>
 struct Cfg {
+  static constexpr int kPart = PART;  // timing only: 1 loads only x's tile, 2 only the weights' (else all)
   static constexpr int kAct = ACT;  // >= 0: the activation fixed at compile time (one activation's code inlined)
   static constexpr bool kLoads = LOADS;  // false: timing only, the MMAs run on whatever shared memory holds
   static constexpr int kBK = BK, kStages = STAGES, kEpi = EPI;
@@ -109,6 +110,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           unsigned char* st = smem + s * kStageBytes;
           if (!C::kLoads) {
             mbar_arrive(&full[s]);
+            if (++s == kStages) s = 0, phase ^= 1;
+            continue;
+          }
+          if (C::kPart) {  // timing only: part of the stage's bytes (1: the x tile, 2: the weight tiles)
+            mbar_expect_tx(&full[s], C::kPart == 1 ? C::kABytes : 2 * C::kHalfBytes);
+            if (C::kPart == 1) tma_load_2d(st, &tx, &full[s], kt * kBK, m0);
+            else {
+              tma_load_2d(st + C::kABytes, &tg, &full[s], kt * kBK, n0);
+              tma_load_2d(st + C::kABytes + C::kHalfBytes, &tu, &full[s], kt * kBK, n0);
+            }
             if (++s == kStages) s = 0, phase ^= 1;
             continue;
           }
@@ -331,6 +342,16 @@ void launch_variant(int variant, const void* x, const void* wg, const void* wu, 
     case 20: return launch<T, 2, Cfg<64, 4, false, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
     case 21: return launch<T, 2, Cfg<64, 4, false, 3, false, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
     case 22: return launch<T, 1, Cfg<64, 4, true, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    // v17 with the loads left out (timing only): the MMA side plus the epilogue
+    case 23: return launch<T, 1, Cfg<64, 4, false, 3, true, false, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    // v17 / v20 with K 32 per stage and 8 stages: a consumer holds half the bytes, the producer has 144 KB of
+    // slack instead of 96 (latency tolerance of the loads)
+    case 24: return launch<T, 1, Cfg<32, 8, false, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 25: return launch<T, 2, Cfg<32, 8, false, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    // v17 with a ring of 3 stages (sensitivity to the loads' lead), and loading only x's / only the weights' tiles
+    case 26: return launch<T, 1, Cfg<64, 3, false, 3, true, true, 3>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 27: return launch<T, 1, Cfg<64, 4, false, 3, true, true, 3, 1>>(x, wg, wu, h, m, i, k, act, stream, device);
+    case 28: return launch<T, 1, Cfg<64, 4, false, 3, true, true, 3, 2>>(x, wg, wu, h, m, i, k, act, stream, device);
     default: STD_TORCH_CHECK(false, "fused_mlp: no sm_90a gate/up variant ", variant);
   }
 }
@@ -341,6 +362,9 @@ int grid_variant(int variant, int device) {
     case 4: return prepared_grid<T, 2, Cfg<32, 9, false, 0>>(device);
     case 5: return prepared_grid<T, 2, Cfg<64, 4, true, 0>>(device);
     case 10: return prepared_grid<T, 2, Cfg<64, 4, false, 0>>(device);
+    case 20: return prepared_grid<T, 2, Cfg<64, 4, false, 3, true, true, 3>>(device);
+    case 21: return prepared_grid<T, 2, Cfg<64, 4, false, 3, false, true, 3>>(device);
+    case 25: return prepared_grid<T, 2, Cfg<32, 8, false, 3, true, true, 3>>(device);
     default: return prepared_grid<T, 1, Cfg<64, 4, false, 0>>(device);
   }
 }
