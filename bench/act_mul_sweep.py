@@ -3,7 +3,10 @@ variant forced to each of its implementations (CUDA C++ and the AOT Triton cubin
 expression, and the Triton kernel (kernel_src's source, JIT) at several BLOCK / num_warps, each with a fresh
 output per call (what an op does) and with one preallocated output (what bench/cuda_proto's standalone harness
 does, which measured the same CUDA kernel ~1.3 µs faster than the op on 2026-12-04; for the Triton kernel the two
-made no difference). GPU µs per call from graph replay.
+made no difference), and forms of that kernel that differ from the shipped one in one thing each (int32 offsets,
+no mask where BLOCK divides n, the tanh GELU as x·sigmoid(2·inner) with one fast divide, as the CUDA kernel has it
+since 2026-12-04), to find what torch.compile's kernel (~1 µs faster at 8192 rows) does differently. GPU µs per
+call from graph replay.
 
     PYTHONPATH=kernel_src python bench/act_mul_sweep.py --variant-dir DIR=stable-abi [--json out.json]
 """
@@ -15,12 +18,51 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
+from fused_mlp.triton.activations import activate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 ROWS = (1024, 4096, 8192)
 CONFIGS = ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 8), (8192, 16), (16384, 16))
+# (BLOCK, warps, int64 offsets, mask, sigmoid-form GELU): the shipped kernel is (.., True, True, False)
+FORMS = (
+    (1024, 4, False, True, False),
+    (1024, 4, False, False, False),
+    (1024, 4, False, False, True),
+    (1024, 4, True, True, True),
+    (2048, 4, False, False, True),
+    (4096, 8, False, False, True),
+    (512, 4, False, False, True),
+)
+
+
+@triton.jit
+def _act_mul_form(g_ptr, u_ptr, out_ptr, n, BLOCK: tl.constexpr, I64: tl.constexpr, MASK: tl.constexpr,
+                  SIGMOID: tl.constexpr):  # fmt: skip
+    """gelu_tanh(g) * u in one of the forms FORMS lists (a candidate, not shipped)."""
+    if I64:
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if MASK:
+        g = tl.load(g_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        u = tl.load(u_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    else:
+        g = tl.load(g_ptr + offs).to(tl.float32)
+        u = tl.load(u_ptr + offs).to(tl.float32)
+    if SIGMOID:
+        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        a = tl.fdiv(g, 1.0 + tl.exp(-2.0 * inner), ieee_rounding=False)
+    else:
+        a = activate(g, 3)
+    y = (a * u).to(out_ptr.dtype.element_ty)
+    if MASK:
+        tl.store(out_ptr + offs, y, mask=offs < n)
+    else:
+        tl.store(out_ptr + offs, y)
 
 
 def candidates(m: int, label: str, kernel, compiled, act_and_mul_kernel) -> tuple[dict, torch.Tensor]:
@@ -42,6 +84,19 @@ def candidates(m: int, label: str, kernel, compiled, act_and_mul_kernel) -> tupl
 
         return call
 
+    def form(block: int, warps: int, i64: bool, mask: bool, sigmoid: bool):
+        def call():
+            out = torch.empty_like(g)
+            grid = ((n + block - 1) // block,)
+            _act_mul_form[grid](g, u, out, n, BLOCK=block, I64=i64, MASK=mask, SIGMOID=sigmoid, num_warps=warps)
+            return out
+
+        return call
+
+    for block, warps, i64, mask, sigmoid in FORMS:
+        if mask or n % block == 0:
+            name = f"form {block}x{warps} {'i64' if i64 else 'i32'} {'mask' if mask else 'nomask'}"
+            calls[f"{name} {'sigmoid' if sigmoid else 'tanh-exp'}"] = (None, form(block, warps, i64, mask, sigmoid))
     for block, warps in CONFIGS:
         for fresh in (True, False):
             calls[f"triton jit {block}x{warps} {'fresh' if fresh else 'same'} out"] = (
