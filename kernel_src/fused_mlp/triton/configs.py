@@ -112,7 +112,10 @@ TMA_ROLES: dict[str, dict[str, TmaTable]] = {
 }  # fmt: skip
 
 ELEMENTWISE: dict[str, ElementwiseConfig] = {
-    "sm_90a": ElementwiseConfig(BLOCK=8192, num_warps=16),  # H200: 37.1 µs on [8192, 3072] bf16
+    # H200, act_and_mul [M, 3072] bf16 gelu_tanh with the sigmoid-form GELU (bench/act_mul_sweep.py, 2026-12-04, GPU
+    # µs in a graph): 1024x4 36.5 / 18.8 / 4.1 at 8192 / 4096 / 1024 rows vs 2048x4 36.9 / 19.2 / 4.1, 4096x8
+    # 36.9 / 19.2 / 4.2; the previous 8192x16 with the tanh form 37.2 / 20.1 / 4.7 (torch.compile 36.5 / 19.5 / 5.6)
+    "sm_90a": ElementwiseConfig(BLOCK=1024, num_warps=4),
     "default": ElementwiseConfig(BLOCK=1024, num_warps=4),
     "interpreter": ElementwiseConfig(BLOCK=1024, num_warps=4),
 }
