@@ -72,14 +72,17 @@ PATHS: dict[str, dict[str, Rows]] = {
     # 1024-4096 (34.8/34.5, 112.0/111.0), split at 8192 (216.0 vs 223.3). act_and_mul: CUDA 1.8-2.7 vs
     # Triton 2.6-2.8 to M=256 (wall equal). Since its tanh GELU went from tanhf to the exp form (2026-12-04,
     # bench/act_mul_sweep.py, GPU µs in a graph): CUDA to 2048 rows (1024: 4.39 vs 4.93), Triton beyond (4096:
-    # 19.85 vs 20.07; 8192: 37.31 vs 37.71; before the change CUDA took 40.0 there). gate_up above 256 rows:
-    # the Hopper kernel (see GRAPH_PATHS; wall at 1024 / 2048 rows: 33.5 / 57.3 vs split 37.1 / 62.0).
+    # 19.85 vs 20.07; 8192: 37.31 vs 37.71; before the change CUDA took 40.0 there). Since the Triton kernels'
+    # tanh GELU took the same sigmoid form and the cubin 1024-element blocks of 4 warps (2026-12-04 17:53 UTC,
+    # bench_paths): Triton at every M, GPU 1.19-7.14 vs CUDA 1.69-8.06 µs at 1-2048 rows, 18.78 / 36.65 vs 20.12 /
+    # 37.71 at 4096 / 8192; wall 9.1-9.8 vs 9.6-10.1 (one outlier: 13.8 vs 10.1 at 16 rows). gate_up above 256
+    # rows: the Hopper kernel (see GRAPH_PATHS; wall at 1024 / 2048 rows: 33.5 / 57.3 vs split 37.1 / 62.0).
     "sm_90a": {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((None, "split"),),  # see GRAPH_PATHS
-        "act_and_mul": ((2048, "cuda"), (None, "triton")),
+        "act_and_mul": ((None, "triton"),),
         # One launch instead of one per layer: wall at 1-64 rows (bench_paths, 2026-12-03 20:54 UTC) mlp 3x1024
         # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
         # falls back: 384 tiles of 8 columns exceed the kernel's 2 per SM at 17-32 rows).
@@ -109,7 +112,7 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
         "linear": ((1, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((None, "split"),),
-        "act_and_mul": ((2048, "cuda"), (None, "triton")),
+        "act_and_mul": ((None, "triton"),),
         # GPU µs in a graph (bench/chain_cost.py and bench_paths, 2026-12-03 20:54 UTC): mlp 3x1024 1 row 9.8 vs
         # 15.8, 8 rows 10.9 vs 11.9, 16 rows 11.8 vs 12.0, 32 rows 13.9 vs 12.0; with 8 copies of the weights
         # called in turn (weights from HBM, as in a model) 82 vs 159 (1 row), 96 vs 113 (16 rows), 145 vs 117
