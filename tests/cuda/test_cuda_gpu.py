@@ -16,7 +16,16 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 import fused_mlp.reference as ref
 from fused_mlp import cuda as cuda_backend
 from fused_mlp._build_info import OPS_NAMESPACE
-from kernel_numerics import ACTIVATIONS, TOL, as64, assert_close, grads, randn, rel_err
+from kernel_numerics import (
+    ACTIVATIONS,
+    TOL,
+    as64,
+    assert_act_and_mul_far_tails,
+    assert_close,
+    grads,
+    randn,
+    rel_err,
+)
 
 OK, WHY = cuda_backend.available() if torch.cuda.is_available() else (False, "no CUDA device")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
@@ -122,33 +131,10 @@ def test_act_and_mul(dtype, activation):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ("gelu_tanh", "silu", "gelu"))
 def test_act_and_mul_far_tails_elementwise(dtype, activation):
-    """Gate values out to +-60, where the kernels' exp(-2 * inner) overflows to inf (gelu_tanh below ~-9.8,
-    silu below ~-88): every output and gradient finite and within about one rounding of float64 per element
-    (eager's 1 + tanh loses all relative precision there; ours must not turn it into NaN)."""
-    gate = torch.linspace(-60, 60, 64 * 128, device=DEV).reshape(64, 128)
-    gate = (gate + 1e-3 * torch.randn_like(gate)).to(dtype).requires_grad_(True)
-    up = randn(64, 128, dtype=dtype, device=DEV, grad=True)
-    out = ops.act_and_mul(gate, up, activation)
-    p64 = as64(gate, up)
-    expected = ref.act_and_mul(*p64, activation)
-    upstream = torch.randn(expected.shape, dtype=torch.float64, device=DEV)
-    pairs = [(out, expected, "out")]
-    pairs += [
-        (g, w, f"grad {i}")
-        for i, (g, w) in enumerate(zip(grads(out, (gate, up), upstream), grads(expected, p64, upstream)))
-    ]
-    # Two roundings to the dtype (the upstream gradient's, the result's) plus fp32 math; the floor (1e-3 of the
-    # largest value) covers the cancellation near act'(z) = 0 that eager's formula shares.
-    rtol = {torch.bfloat16: 2**-6, torch.float16: 2**-9, torch.float32: 2e-5}[dtype]
-    for got, want, what in pairs:
-        got = got.double()
-        assert torch.isfinite(got).all(), f"act_and_mul {activation} {what}: non-finite values"
-        floor = 1e-3 * want.abs().max() + 4 * torch.finfo(dtype).tiny
-        bad = (got - want).abs() > rtol * (want.abs() + floor)
-        assert not bad.any(), (
-            f"act_and_mul {activation} {what} ({dtype}): {int(bad.sum())} elements off, e.g. gate "
-            f"{gate.detach().double()[bad][:3].tolist()} -> {got[bad][:3].tolist()} vs {want[bad][:3].tolist()}"
-        )
+    """Every implementation of the step: the CUDA kernel and the Triton cubin."""
+    for impl in ("cuda", "triton"):
+        with forced("act_and_mul", impl):
+            assert_act_and_mul_far_tails(ops.act_and_mul, ref.act_and_mul, dtype, activation, DEV)
 
 
 def test_opcheck():

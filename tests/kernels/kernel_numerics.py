@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 # ||out - ref|| / ||ref|| bounds against a float64 reference. They sit a few times above what correct
@@ -41,3 +43,34 @@ def grads(out: torch.Tensor, inputs, upstream: torch.Tensor):
     wanted = [t for t in inputs if t is not None and t.requires_grad]
     got = iter(torch.autograd.grad(out, wanted, upstream.to(out.dtype)))
     return [next(got) if (t is not None and t.requires_grad) else None for t in inputs]
+
+
+def assert_act_and_mul_far_tails(act_and_mul: Callable, reference: Callable, dtype, activation: str, device: str):
+    """Gate values out to +-60, where the kernels' exp(-2 * inner) overflows to inf (gelu_tanh below ~-9.8,
+    silu below ~-88): every output and gradient of `act_and_mul(gate, up, activation)` finite and within about
+    one rounding of float64 (`reference`) per element (eager's 1 + tanh loses all relative precision there; the
+    kernels must not turn it into NaN)."""
+    gate = torch.linspace(-60, 60, 64 * 128, device=device).reshape(64, 128)
+    gate = (gate + 1e-3 * torch.randn_like(gate)).to(dtype).requires_grad_(True)
+    up = randn(64, 128, dtype=dtype, device=device, grad=True)
+    out = act_and_mul(gate, up, activation)
+    p64 = as64(gate, up)
+    expected = reference(*p64, activation)
+    upstream = torch.randn(expected.shape, dtype=torch.float64, device=device)
+    pairs = [(out, expected, "out")]
+    pairs += [
+        (g, w, f"grad {i}")
+        for i, (g, w) in enumerate(zip(grads(out, (gate, up), upstream), grads(expected, p64, upstream)))
+    ]
+    # Two roundings to the dtype (the upstream gradient's, the result's) plus fp32 math; the floor (1e-3 of the
+    # largest value) covers the cancellation near act'(z) = 0 that eager's formula shares.
+    rtol = {torch.bfloat16: 2**-6, torch.float16: 2**-9, torch.float32: 2e-5}[dtype]
+    for got, want, what in pairs:
+        got = got.double()
+        assert torch.isfinite(got).all(), f"act_and_mul {activation} {what}: non-finite values"
+        floor = 1e-3 * want.abs().max() + 4 * torch.finfo(dtype).tiny
+        bad = (got - want).abs() > rtol * (want.abs() + floor)
+        assert not bad.any(), (
+            f"act_and_mul {activation} {what} ({dtype}): {int(bad.sum())} elements off, e.g. gate "
+            f"{gate.detach().double()[bad][:3].tolist()} -> {got[bad][:3].tolist()} vs {want[bad][:3].tolist()}"
+        )

@@ -8,7 +8,7 @@ import fused_mlp
 import fused_mlp.reference as ref
 import pytest
 import torch
-from kernel_numerics import ACTIVATIONS, as64, assert_close, grads, randn
+from kernel_numerics import ACTIVATIONS, as64, assert_act_and_mul_far_tails, assert_close, grads, randn
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1", reason="runs the Triton kernels on CPU: set TRITON_INTERPRET=1"
@@ -102,6 +102,13 @@ def test_act_and_mul_forward_backward(dtype, activation):
         ("dgate", "dup"), grads(out, (gate, up), upstream), grads(expected, (g64, u64), upstream)
     ):
         assert_close(got, want, dtype, f"act_and_mul {name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ("gelu_tanh", "silu", "gelu"))
+def test_act_and_mul_far_tails(dtype, activation):
+    """The Triton kernels' exp overflows to inf far below zero; outputs and gradients stay finite and close."""
+    assert_act_and_mul_far_tails(fused_mlp.act_and_mul, ref.act_and_mul, dtype, activation, "cpu")
 
 
 def test_non_contiguous_inputs():
