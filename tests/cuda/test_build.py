@@ -171,14 +171,14 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"tma_gate_up M=8192 N=3072: tma_gate_up_kernel 128x128 programs 132 scratch \d+ pdl 0 store 0 up_first 1",
         r"tma_gate_up M=1024 N=3072: tma_gate_up_kernel 128x64 programs 132 scratch \d+ pdl 1 store 0",  # its own row up to 1024: PDL
         r"linear M=16 N=1024: linear_kernel 16x16 programs 64 scratch 0 pdl 1",
-        r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x8192 programs 384 ",
+        r"act_and_mul M=1 N=3145728: act_and_mul_kernel 0x1024 programs 3072 ",
         # Impl codes: 0 triton, 1 cublaslt, 2 split, 3 cuda, 4 tma, 5 persistent, 6 layers
-        r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3",
-        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 3",
+        r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 0",
+        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
-        r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 3",
+        r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 0",
         # the training forward (op gated_mlp_train) keeps split at every M
-        r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 3 train gate_up 2",
+        r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 0 train gate_up 2",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0 train gate_up 2",
         # the whole op in the persistent chain kernel (mlp, then the gated training forward): calls one by one up
         # to 64 rows; in a graph the mlp up to 16 rows, the gated MLP at 1 row
