@@ -1,5 +1,5 @@
 // PROTOTYPE, not built into the extension (bench/RESULTS.md "Session 23": at best a tie with the Triton Hopper
-// kernel the tables launch, variant 17). The gated MLP's gate/up step as one Hopper GEMM written for sm_90a (CUDA C++, TMA + wgmma): h = act(x wg^T) *
+// kernel the tables launch, variant 17; "Session 24": behind it since that kernel's cheaper GELU, 124-126 vs 140+ µs). The gated MLP's gate/up step as one Hopper GEMM written for sm_90a (CUDA C++, TMA + wgmma): h = act(x wg^T) *
 // (x wu^T) with [M, 2I] never leaving the SM. Each output tile of 128 rows x 128 columns is one GEMM with a
 // 256-wide B operand (128 gate rows above 128 up rows of the weights, loaded as two TMA boxes), so a thread's
 // accumulators hold g and u of the same output element and the epilogue is thread-local.
