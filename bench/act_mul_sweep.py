@@ -88,7 +88,9 @@ def candidates(m: int, label: str, kernel, compiled, act_and_mul_kernel) -> tupl
         def call():
             out = torch.empty_like(g)
             grid = ((n + block - 1) // block,)
-            _act_mul_form[grid](g, u, out, n, BLOCK=block, I64=i64, MASK=mask, SIGMOID=sigmoid, num_warps=warps)
+            _act_mul_form[grid](
+                g, u, out, n, BLOCK=block, I64=i64, MASK=mask, SIGMOID=sigmoid, num_warps=warps
+            )
             return out
 
         return call
@@ -96,7 +98,10 @@ def candidates(m: int, label: str, kernel, compiled, act_and_mul_kernel) -> tupl
     for block, warps, i64, mask, sigmoid in FORMS:
         if mask or n % block == 0:
             name = f"form {block}x{warps} {'i64' if i64 else 'i32'} {'mask' if mask else 'nomask'}"
-            calls[f"{name} {'sigmoid' if sigmoid else 'tanh-exp'}"] = (None, form(block, warps, i64, mask, sigmoid))
+            calls[f"{name} {'sigmoid' if sigmoid else 'tanh-exp'}"] = (
+                None,
+                form(block, warps, i64, mask, sigmoid),
+            )
     for block, warps in CONFIGS:
         for fresh in (True, False):
             calls[f"triton jit {block}x{warps} {'fresh' if fresh else 'same'} out"] = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -45,7 +45,9 @@ def grads(out: torch.Tensor, inputs, upstream: torch.Tensor):
     return [next(got) if (t is not None and t.requires_grad) else None for t in inputs]
 
 
-def assert_act_and_mul_far_tails(act_and_mul: Callable, reference: Callable, dtype, activation: str, device: str):
+def assert_act_and_mul_far_tails(
+    act_and_mul: Callable, reference: Callable, dtype, activation: str, device: str
+):
     """Gate values out to +-60, where the kernels' exp(-2 * inner) overflows to inf (gelu_tanh below ~-9.8,
     silu below ~-88): every output and gradient of `act_and_mul(gate, up, activation)` finite and within about
     one rounding of float64 (`reference`) per element (eager's 1 + tanh loses all relative precision there; the
