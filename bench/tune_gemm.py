@@ -454,9 +454,14 @@ def with_prefetch(flag: bool | None, run: Callable[[], object]) -> object:
         gemm.PDL_PREFETCH = configs.PDL_PREFETCH
 
 
-def sweep(out: dict) -> None:
+def swept(roles: set[str] | None) -> list[Problem]:
+    """The sweep's problems, or only those of `roles` (e.g. {"gated_dgrad"}: one role re-measured alone)."""
+    return [p for p in PROBLEMS + PTR_PROBLEMS if roles is None or p.role in roles]
+
+
+def sweep(out: dict, roles: set[str] | None = None) -> None:
     rows = out.setdefault("sweep", [])
-    for p in PROBLEMS + PTR_PROBLEMS:
+    for p in swept(roles):
         t = _tensors(p, torch.bfloat16)
         base = {"role": p.role, "problem": p.label, "rows": p.rows, "N": p.N, "K": p.K}
         try:
@@ -713,7 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cubins", type=Path, default=None, help="precompiled cubins (from --precompile)")
     ap.add_argument("--only", default="checks,sweep,workloads", help="stages: checks,sweep,workloads,chain")
     ap.add_argument("--precompile", type=Path, default=None, help="compile the sweep's cubins here and exit")
+    ap.add_argument("--roles", default="", help="sweep only these roles (comma list, e.g. gated_dgrad)")
     args = ap.parse_args(argv)
+    roles = set(args.roles.split(",")) if args.roles else None
     if args.precompile:
         have = aot.load_index(args.precompile, triton.__version__, ARCH)
         specs = [s for s in sweep_specs() if s.key() not in have]
@@ -741,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     if "chain" in only:
         steps.append(lambda: chain({}))
     if "sweep" in only:
-        for p in PROBLEMS + PTR_PROBLEMS:
+        for p in swept(roles):
             for c in PTR_CANDIDATES if p in PTR_PROBLEMS else CANDIDATES[p.role]:
                 for prefetch in (True, False) if isinstance(c, GemmConfig) else (True,):
                     steps.append(
@@ -756,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_gpu()
     stages = [("checks", lambda: [f(ck, d) for d in dtypes for f in (check_forward, check_gated_autograd, check_small_m)]
                + [check_aot_matches_jit(ck, args.cubins)]),
-              ("sweep", lambda: sweep(out))]  # fmt: skip
+              ("sweep", lambda: sweep(out, roles))]  # fmt: skip
     for name, run in stages:
         if name not in only:
             continue
