@@ -102,7 +102,9 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # launch), cuBLASLt from 16 (18.6 vs 21.7) to 8192 (132.3 vs 177.7); gate_up fused Triton to M=256.
     # gate_up from 257 rows (both tables): the Hopper kernel, one GEMM per tile over both weights (2026-12-03
     # 18:39 UTC sweep, whole gated_mlp H=768 I=3072 in a graph: 1024 rows 33.3 vs split 34.4 and portable
-    # 35.1; 2048: 56.6 vs 57.2; 4096: 104.1 vs 111.3; 8192: 202.6 vs 217.4 and 229.2). At 256 rows the
+    # 35.1; 2048: 56.6 vs 57.2; 4096: 104.1 vs 111.3; 8192: 202.6 vs 217.4 and 229.2; since the Triton kernels'
+    # sigmoid-form GELU, 2026-12-04 17:48 UTC: 1024 rows 30.5 vs 34.9 and 34.4, 2048: 50.1 vs 59.4, 4096: 94.0 vs
+    # 111.3, 8192: 177.5 vs 217.4 and 224.9). At 256 rows the
     # portable kernel (16.5 vs 18.5). The linear Hopper kernel loses to cuBLASLt on every measured shape
     # (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1). The training forward also stores (g, u):
     # split at every M (its GEMMs write them anyway; the portable kernel keeps them in registers only, and the

@@ -98,7 +98,10 @@ TMA_LINEAR: dict[str, TmaTable] = {
 # warp-specialized (Triton 3.6's warp-specialized loop wrote NaN on the H200, 2026-12-03). H200, bf16,
 # 2026-12-03, bench/gate_up_single_dot.py, GPU µs for (2x3072)x768: 8192 rows 128x128 w8 s4 144.8 (s3 146.6,
 # 128x64 w8 s4 151.1; cuBLAS's one [M, 2I] GEMM alone 112.1, two [M, I] GEMMs 117.4, the old two-accumulator
-# kernel 178.4); 1024 rows 128x64 w8 s4 24.2 (128x128 28.2; cuBLAS two GEMMs 18.6 + act_and_mul).
+# kernel 178.4); 1024 rows 128x64 w8 s4 24.2 (128x128 28.2; cuBLAS two GEMMs 18.6 + act_and_mul). With the
+# sigmoid-form GELU epilogue (2026-12-04, same tool, run 6 of bench/RESULTS.md "Session 24"): 8192 rows 128x128 w8
+# s4 126.0 (s3 123.8, 128x64 132.6; cuBLAS [M, 2I] 111.4), 2048 rows 34.6 (128x64 36.7), 1024 rows 128x64 w8 s4
+# 21.2 (s5 20.8, 128x128 24.3; cuBLAS 16.5): the same choices, s3 vs s4 inside the run-to-run spread.
 TMA_GATE_UP: dict[str, TmaTable] = {
     "sm_90a": ((256, None), (1024, _T(128, 64, 64, 8, 8, 4)), (None, _T(128, 128, 64, 8, 8, 4))),
 }
