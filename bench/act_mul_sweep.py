@@ -27,7 +27,8 @@ import harness
 
 ROWS = (1024, 4096, 8192)
 CONFIGS = ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 8), (8192, 16), (16384, 16))
-# (BLOCK, warps, int64 offsets, mask, sigmoid-form GELU): the shipped kernel is (.., True, True, False)
+# (BLOCK, warps, int64 offsets, mask, sigmoid-form GELU): the shipped kernel is (1024, 4, True, True, True), the
+# one before 2026-12-04 (8192, 16, True, True, False)
 FORMS = (
     (1024, 4, False, True, False),
     (1024, 4, False, False, False),
@@ -53,11 +54,13 @@ def _act_mul_form(g_ptr, u_ptr, out_ptr, n, BLOCK: tl.constexpr, I64: tl.constex
     else:
         g = tl.load(g_ptr + offs).to(tl.float32)
         u = tl.load(u_ptr + offs).to(tl.float32)
-    if SIGMOID:
-        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        a = tl.fdiv(g, 1.0 + tl.exp(-2.0 * inner), ieee_rounding=False)
-    else:
+    if SIGMOID:  # the shipped form (activations.activate) since 2026-12-04
         a = activate(g, 3)
+    else:  # the form shipped before: 0.5 g (1 + tanh(inner)), tanh through exp with an exact divide
+        inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        e = tl.exp(-2.0 * tl.abs(inner))
+        t = (1.0 - e) / (1.0 + e)
+        a = 0.5 * g * (1.0 + tl.where(inner < 0.0, -t, t))
     y = (a * u).to(out_ptr.dtype.element_ty)
     if MASK:
         tl.store(out_ptr + offs, y, mask=offs < n)
