@@ -56,7 +56,7 @@ CUTLASS_DEVICE auto with_act(int act, F&& f) {
   }
 }
 
-// act(g) * x
+// act(g) * x: h in the forward, du = act(g) * dh in the backward
 template <class T>
 struct ActMul {
   using Arguments = ActArg;
@@ -65,20 +65,6 @@ struct ActMul {
       T out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < T::kElements; ++i) out[i] = fused_mlp::act_fwd(g[i], A.value) * x[i];
-      return out;
-    });
-  }
-};
-
-// du = dh * act(g)
-template <class T>
-struct DuOf {
-  using Arguments = ActArg;
-  CUTLASS_DEVICE T operator()(T const& dh, T const& g, Arguments const& a) const {
-    return with_act(a.act, [&](auto A) {
-      T out;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < T::kElements; ++i) out[i] = dh[i] * fused_mlp::act_fwd(g[i], A.value);
       return out;
     });
   }
@@ -118,9 +104,9 @@ struct Epilogue {
 
   using UpAct = fusion::Sm90EVT<fusion::Sm90Compute<ActMul, Bf16, float, kRound>, Load, Acc>;
   using UpActU = fusion::Sm90EVT<fusion::Sm90Compute<ActMul, Bf16, float, kRound>, Load, fusion::Sm90EVT<Store, Acc>>;
-  // DAG in topological order: 0 acc, 1 g, 2 u, 3 du = acc * act(g), 4 store du, 5 dg = acc * u * act'(g) (the D output)
+  // DAG in topological order: 0 acc, 1 g, 2 u, 3 du = act(g) * acc, 4 store du, 5 dg = acc * u * act'(g) (the D output)
   using Dgrad = fusion::Sm90TopologicalVisitor<
-      float, cute::tuple<seq<>, seq<>, seq<>, seq<0, 1>, seq<3>, seq<0, 1, 2>>, Acc, Load, Load, Compute<DuOf>,
+      float, cute::tuple<seq<>, seq<>, seq<>, seq<1, 0>, seq<3>, seq<0, 1, 2>>, Acc, Load, Load, Compute<ActMul>,
       Store, fusion::Sm90Compute<DgOf, Bf16, float, kRound>>;
   using Plain = fusion::LinearCombination<Bf16, float>;
 

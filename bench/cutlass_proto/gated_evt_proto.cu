@@ -1,11 +1,13 @@
 // Standalone check + timing of the CUTLASS EVT kernels (kernels.cu) for the gated MLP's GEMMs, next to what the
 // shipped stable-ABI variant runs today (cuBLAS GEMMs + elementwise passes), outside torch, one JSON line each.
 //
-//   gated_evt_proto [KERNELS|all] [ROWS,...]      e.g. gated_evt_proto all 8192,1024
+//   gated_evt_proto [KERNELS|all] [ROWS,...] [HxI,...]   e.g. gated_evt_proto all 8192,1024 768x3072,4096x11008
+//   GEVT_ONCE=1 gated_evt_proto ...                each kernel once per problem, no timing (for Nsight Compute)
 //   gated_evt_proto host                          no GPU needed: CUTLASS's can_implement and workspace size for
 //                                                 every kernel on every problem (the argument plumbing)
 //
-// Per problem (M rows, H=768, I=3072 bf16 gelu_tanh; and one odd shape M=1000 H=760 I=3000, checked, not timed):
+// Per problem (M rows x each H x I, default 768x3072, bf16 gelu_tanh; and one odd shape M=1000 H=760 I=3000 in
+// gelu_tanh and silu, checked, not timed):
 // - correctness of each kernel vs fp32 references built from cuBLAS fp32-output GEMMs: plain vs x W_g^T; upact
 //   vs act(g) * (x W_u^T); upact_u also u; dgrad's dg and du vs (dy W_d) * u * act'(g) and (dy W_d) * act(g),
 //   from the same bf16 g, u the kernel reads. Outputs start as NaN, so an unwritten element fails.
@@ -14,6 +16,7 @@
 //   written here like the shipped kernels: 8 elements per thread). The summary lines add them up per step.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -186,7 +189,11 @@ int main(int argc, char** argv) {
   cublasCreate(&hb);
   // The odd shape twice: gelu_tanh and silu (the activation is a run-time argument of the kernels).
   std::vector<Problem> problems = {{1000, 760, 3000, false, Act::GeluTanh}, {1000, 760, 3000, false, Act::Silu}};
-  for (int m : rows) problems.push_back({m, 768, 3072, true, kAct});
+  std::string shapes = argc > 3 ? argv[3] : "768x3072";  // "HxI,..." -> H, I, H, I, ...
+  std::replace(shapes.begin(), shapes.end(), 'x', ',');
+  const std::vector<int> dims = parse_list(shapes.c_str());
+  for (size_t d = 0; d + 1 < dims.size(); d += 2)
+    for (int m : rows) problems.push_back({m, dims[d], dims[d + 1], !getenv("GEVT_ONCE"), kAct});
   int failures = 0;
   for (const Problem& pr : problems) {
     const long long m = pr.m, hd = pr.h, in = pr.i, mi = m * in;

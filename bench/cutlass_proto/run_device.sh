@@ -2,7 +2,8 @@
 # Run the CUTLASS EVT prototype on the GPU machine (built here by build.sh, carried as bench/cutlass_proto/bin):
 # correctness of each kernel and GPU µs next to cuBLAS + the elementwise passes. Output: $OUT/cutlass_evt.txt (one
 # JSON line per kernel and problem, then the per-step sums) and, with NCU=1, Nsight Compute's view of each kernel.
-# env: KERNELS (default all; names as in kernels.cu), ROWS (default 8192,1024), NCU (0).
+# env: KERNELS (default all; names as in kernels.cu), ROWS (default 8192,1024), SHAPES (HxI list, default
+# 768x3072,4096x11008: the issue's gated shape and a llama-7B-sized one), NCU (0).
 set -uo pipefail
 cd "$(dirname "$0")/bin"
 out=${OUT:-.}
@@ -10,9 +11,9 @@ LD_LIBRARY_PATH=$(python3 -c "import glob,site;print([p for d in site.getsitepac
 export LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader \
   | tee "$out/cutlass_gpu.txt"
-timeout 300 ./gated_evt_proto "${KERNELS:-all}" "${ROWS:-8192,1024}" > "$out/cutlass_evt.txt" 2>&1; echo "gated_evt_proto rc=$?"
+timeout 300 ./gated_evt_proto "${KERNELS:-all}" "${ROWS:-8192,1024}" "${SHAPES:-768x3072,4096x11008}" > "$out/cutlass_evt.txt" 2>&1; echo "gated_evt_proto rc=$?"
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
-  timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis -k regex:device_kernel \
-    ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu.txt" 2>&1; echo "ncu rc=$?"
+  GEVT_ONCE=1 timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    -k regex:device_kernel ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu.txt" 2>&1; echo "ncu rc=$?"
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$out/cutlass_gpu.txt"
