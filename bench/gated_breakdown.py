@@ -117,7 +117,13 @@ def main(argv: list[str] | None = None) -> int:
                        "kernels_us": kernel_times(replay, repeat)}  # fmt: skip
                 records.append(rec)
                 print(f"M={m:5d} {name:42s} {rec['median_us']:8.2f}  {rec['gpu_us']}  {rec['kernels_us']}")
-    harness.write_json(args.json, {"env": harness.environment(), "rows": records})
+            # after each row count: a stage that times out keeps what it measured
+            report = {
+                "environment": harness.environment(),
+                "kernels": harness.describe(kernels),
+                "rows": records,
+            }
+            harness.write_json(args.json, report)
     return 0
 
 

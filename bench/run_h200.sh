@@ -8,7 +8,8 @@
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
 # env: OUT (default ./h200-out); STAGES (default "tests check host ops model loader", run in that order; add `paths`
-# for the path-table sweep, `chain` for bench/chain_cost.py, PATHS_STEPS=chain,... to sweep only those steps); QUICK=1: fewer rows, no
+# for the path-table sweep, `chain` for bench/chain_cost.py, `breakdown` for bench/gated_breakdown.py, PATHS_STEPS=chain,...
+# to sweep only those steps); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS); MODEL_ROWS: the model
@@ -135,6 +136,11 @@ stage_paths() {
 stage_chain() {  # the persistent chain kernel: cost per layer / per row, weights from L2 and from HBM
   log "chain kernel cost"
   timeout "${T_CHAIN:-60}" python3 bench/chain_cost.py "${LOAD[@]}" --json "$OUT/chain.json" || log "chain_cost failed"
+}
+stage_breakdown() {  # the gated op per kernel for each way of holding the gate/up weights (bench/gated_breakdown.py)
+  log "gated breakdown"
+  timeout "${T_BREAKDOWN:-150}" python3 bench/gated_breakdown.py "${LOAD[@]}" --json "$OUT/breakdown.json" \
+    || log "gated_breakdown failed or timed out"
 }
 stage_ops() {
   log "op tables"
