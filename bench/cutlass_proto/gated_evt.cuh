@@ -153,6 +153,8 @@ struct Args {
   const void* g;    // aux loads, [M, N]
   const void* u;
   void* aux_out;    // aux store (u or du), [M, N]
+  int swizzle = 1;  // the tile scheduler's max_swizzle_size (1, 2, 4, 8): tiles walked in groups, for L2 reuse
+  int raster = 0;   // 0 heuristic, 1 along M, 2 along N
 };
 
 // Runs one GEMM of type G on `stream`; returns a message on failure (null on success). `workspace` must hold

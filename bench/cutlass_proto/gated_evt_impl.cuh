@@ -23,6 +23,8 @@ typename G::Op::Arguments make_args(const Args& p, int sms) {
   args.epilogue.ptr_D = static_cast<Bf16*>(p.d);
   args.epilogue.dD = sd;
   args.hw_info.sm_count = sms;
+  args.scheduler.max_swizzle_size = p.swizzle;
+  args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(p.raster);
   auto& t = args.epilogue.thread;
   const auto* g = static_cast<const Bf16*>(p.g);
   const auto* u = static_cast<const Bf16*>(p.u);
