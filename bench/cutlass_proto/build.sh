@@ -23,7 +23,8 @@ mkdir -p $out/obj
 flags=(-O3 -std=c++17 --expt-relaxed-constexpr -DNDEBUG -DUSE_CUDA -DTORCH_TARGET_VERSION=0x020b000000000000
   -I"$ti" -I"$src/include" -I"$src/tools/util/include" -Ibench/cutlass_proto -Ibench/cuda_proto
   -Ikernel_src/fused_mlp/cuda/csrc -I"$nv/include" -gencode arch=compute_90a,code=sm_90a -Xptxas -v)
-kernels=${1:-plain_coop upact_coop upactu_coop dgrad_coop plain_pp upact_pp upactu_pp dgrad_pp plain_sk upact_sk dgrad_sk}
+kernels=${1:-plain_coop upact_coop upactu_coop dgrad_coop plain_pp upact_pp upactu_pp dgrad_pp plain_sk upact_sk dgrad_sk
+  plain_coop_h upact_coop_h upactu_coop_h dgrad_coop_h}
 pids=()
 for k in $kernels; do
   nvcc "${flags[@]}" -DGEVT_$k -c bench/cutlass_proto/kernels.cu -o $out/obj/$k.o 2> $out/obj/$k.ptxas.txt &

@@ -29,6 +29,7 @@ namespace gated_evt {
 
 using namespace cute;
 using Bf16 = cutlass::bfloat16_t;
+using Fp16 = cutlass::half_t;
 using RowMajor = cutlass::layout::RowMajor;
 using ColMajor = cutlass::layout::ColumnMajor;
 namespace fusion = cutlass::epilogue::fusion;
@@ -86,29 +87,30 @@ struct DgOf {
 
 enum class Form { Plain, UpAct, UpActU, Dgrad };
 
-// The epilogue's visitor tree for `form`, on the epilogue tile the builder picks for (TileShape, Schedule).
-template <Form form, class TileShape, class EpiSchedule>
+// The epilogue's visitor tree for `form` over elements E (bf16 or fp16), on the epilogue tile the builder picks
+// for (TileShape, Schedule).
+template <Form form, class E, class TileShape, class EpiSchedule>
 struct Epilogue {
-  using Desc = edetail::EpilogueDescriptor<TileShape, cutlass::epilogue::collective::EpilogueTileAuto, void, Bf16,
+  using Desc = edetail::EpilogueDescriptor<TileShape, cutlass::epilogue::collective::EpilogueTileAuto, void, E,
                                            EpiSchedule>;
-  using LoadDesc = edetail::AuxLoadDescriptor<Desc, RowMajor, Bf16>;
-  using StoreDesc = edetail::AuxStoreDescriptor<Desc, RowMajor, Bf16>;
-  using Load = fusion::Sm90AuxLoad<LoadDesc::Stages, typename Desc::EpilogueTile, Bf16, typename LoadDesc::Stride,
+  using LoadDesc = edetail::AuxLoadDescriptor<Desc, RowMajor, E>;
+  using StoreDesc = edetail::AuxStoreDescriptor<Desc, RowMajor, E>;
+  using Load = fusion::Sm90AuxLoad<LoadDesc::Stages, typename Desc::EpilogueTile, E, typename LoadDesc::Stride,
                                    typename LoadDesc::SmemLayoutAtom, typename LoadDesc::CopyOpS2R>;
-  using Store = fusion::Sm90AuxStore<StoreDesc::Stages, typename Desc::EpilogueTile, Bf16, kRound,
+  using Store = fusion::Sm90AuxStore<StoreDesc::Stages, typename Desc::EpilogueTile, E, kRound,
                                      typename StoreDesc::Stride, typename StoreDesc::SmemLayoutAtom,
                                      typename StoreDesc::CopyOpR2S>;
   using Acc = fusion::Sm90AccFetch;
   template <template <class> class Fn>
   using Compute = fusion::Sm90Compute<Fn, float, float, kRound>;
 
-  using UpAct = fusion::Sm90EVT<fusion::Sm90Compute<ActMul, Bf16, float, kRound>, Load, Acc>;
-  using UpActU = fusion::Sm90EVT<fusion::Sm90Compute<ActMul, Bf16, float, kRound>, Load, fusion::Sm90EVT<Store, Acc>>;
+  using UpAct = fusion::Sm90EVT<fusion::Sm90Compute<ActMul, E, float, kRound>, Load, Acc>;
+  using UpActU = fusion::Sm90EVT<fusion::Sm90Compute<ActMul, E, float, kRound>, Load, fusion::Sm90EVT<Store, Acc>>;
   // DAG in topological order: 0 acc, 1 g, 2 u, 3 du = act(g) * acc, 4 store du, 5 dg = acc * u * act'(g) (the D output)
   using Dgrad = fusion::Sm90TopologicalVisitor<
       float, cute::tuple<seq<>, seq<>, seq<>, seq<1, 0>, seq<3>, seq<0, 1, 2>>, Acc, Load, Load, Compute<ActMul>,
-      Store, fusion::Sm90Compute<DgOf, Bf16, float, kRound>>;
-  using Plain = fusion::LinearCombination<Bf16, float>;
+      Store, fusion::Sm90Compute<DgOf, E, float, kRound>>;
+  using Plain = fusion::LinearCombination<E, float>;
 
   using Callbacks = std::conditional_t<
       form == Form::Plain, Plain,
@@ -118,17 +120,18 @@ struct Epilogue {
 // D[M, N] (row-major) = A[M, K] (row-major) x B, B stored [N, K] (LayoutB ColMajor: the weights as nn.Linear
 // holds them) or [K, N] (RowMajor: W_down read as dy W_down in backward). Scheduler: void = persistent tiles,
 // cutlass::gemm::StreamKScheduler = stream-K (K split across SMs where tiles do not fill the machine).
-template <Form form, class LayoutB, class TileShape, class ClusterShape, class KernelSchedule, class EpiSchedule,
-          class Scheduler = void>
+template <Form form, class E, class LayoutB, class TileShape, class ClusterShape, class KernelSchedule,
+          class EpiSchedule, class Scheduler = void>
 struct Gemm {
   static constexpr Form kForm = form;
-  using Epi = Epilogue<form, TileShape, EpiSchedule>;
+  using Element = E;
+  using Epi = Epilogue<form, E, TileShape, EpiSchedule>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, 8, Bf16, RowMajor, 8, EpiSchedule,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, 8, E, RowMajor, 8, EpiSchedule,
       typename Epi::Callbacks>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, RowMajor, 8, Bf16, LayoutB, 8, float, TileShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, RowMajor, 8, E, LayoutB, 8, float, TileShape,
       ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,

@@ -10,6 +10,7 @@ template <class G>
 typename G::Op::Arguments make_args(const Args& p, int sms) {
   using K = typename G::Kernel;
   using AuxStride = typename G::Epi::LoadDesc::Stride;
+  using E = typename G::Element;
   const auto sa = cutlass::make_cute_packed_stride(typename K::StrideA{}, make_shape(p.m, p.k, 1));
   const auto sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, make_shape(p.n, p.k, 1));
   const auto sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, make_shape(p.m, p.n, 1));
@@ -17,28 +18,28 @@ typename G::Op::Arguments make_args(const Args& p, int sms) {
   typename G::Op::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {p.m, p.n, p.k, 1};
-  args.mainloop = {static_cast<const Bf16*>(p.a), sa, static_cast<const Bf16*>(p.b), sb};
+  args.mainloop = {static_cast<const E*>(p.a), sa, static_cast<const E*>(p.b), sb};
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = sd;
-  args.epilogue.ptr_D = static_cast<Bf16*>(p.d);
+  args.epilogue.ptr_D = static_cast<E*>(p.d);
   args.epilogue.dD = sd;
   args.hw_info.sm_count = sms;
   args.scheduler.max_swizzle_size = p.swizzle;
   args.scheduler.raster_order = static_cast<decltype(args.scheduler.raster_order)>(p.raster);
   auto& t = args.epilogue.thread;
-  const auto* g = static_cast<const Bf16*>(p.g);
-  const auto* u = static_cast<const Bf16*>(p.u);
-  auto* out = static_cast<Bf16*>(p.aux_out);
+  const auto* g = static_cast<const E*>(p.g);
+  const auto* u = static_cast<const E*>(p.u);
+  auto* out = static_cast<E*>(p.aux_out);
   if constexpr (G::kForm == Form::Plain) {
     t.alpha = 1.f;
     t.beta = 0.f;
   } else if constexpr (G::kForm == Form::UpAct) {
-    t = {{g, Bf16(0), sx}, {}, {p.act}};  // children: aux g, acc; then the node (act(g) * acc)
+    t = {{g, E(0), sx}, {}, {p.act}};  // children: aux g, acc; then the node (act(g) * acc)
   } else if constexpr (G::kForm == Form::UpActU) {
-    t = {{g, Bf16(0), sx}, {{}, {out, sx}}, {p.act}};  // aux g; (acc -> store u); node
+    t = {{g, E(0), sx}, {{}, {out, sx}}, {p.act}};  // aux g; (acc -> store u); node
   } else {
     using A = typename G::Epi::Dgrad::Arguments;  // topological: acc, g, u, du, store du, dg
-    t = A{{}, {g, Bf16(0), sx}, {u, Bf16(0), sx}, {p.act}, {out, sx}, {p.act}};
+    t = A{{}, {g, E(0), sx}, {u, E(0), sx}, {p.act}, {out, sx}, {p.act}};
   }
   return args;
 }

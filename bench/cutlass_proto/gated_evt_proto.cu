@@ -6,11 +6,11 @@
 //   gated_evt_proto host                          no GPU needed: CUTLASS's can_implement and workspace size for
 //                                                 every kernel on every problem (the argument plumbing)
 //
-// Per problem (M rows x each H x I, default 768x3072, bf16 gelu_tanh; and one odd shape M=1000 H=760 I=3000 in
-// gelu_tanh and silu, checked, not timed):
+// Per problem (M rows x each H x I, default 768x3072, bf16 gelu_tanh, and fp16 at the first shape and row count;
+// and one odd shape M=1000 H=760 I=3000 in gelu_tanh and silu, bf16 and fp16, checked, not timed):
 // - correctness of each kernel vs fp32 references built from cuBLAS fp32-output GEMMs: plain vs x W_g^T; upact
 //   vs act(g) * (x W_u^T); upact_u also u; dgrad's dg and du vs (dy W_d) * u * act'(g) and (dy W_d) * act(g),
-//   from the same bf16 g, u the kernel reads. Outputs start as NaN, so an unwritten element fails.
+//   from the same bf16/fp16 g, u the kernel reads. Outputs start as NaN, so an unwritten element fails.
 // - GPU µs per call from CUDA-graph replay (proto_harness.cuh): each kernel; cuBLAS's bf16 GEMMs (gate [M, I],
 //   the one [M, 2I] GEMM, dy W_d); the elementwise passes the split path adds (act_and_mul forward and backward,
 //   written here like the shipped kernels: 8 elements per thread). The summary lines add them up per step.
@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gated_evt.cuh"
@@ -44,6 +45,10 @@ GEVT_DECLARE(dgrad_pp)
 GEVT_DECLARE(plain_sk)
 GEVT_DECLARE(upact_sk)
 GEVT_DECLARE(dgrad_sk)
+GEVT_DECLARE(plain_coop_h)
+GEVT_DECLARE(upact_coop_h)
+GEVT_DECLARE(upactu_coop_h)
+GEVT_DECLARE(dgrad_coop_h)
 }  // namespace gated_evt
 
 using gated_evt::Args;
@@ -52,12 +57,14 @@ using gated_evt::Form;
 struct Kernel {
   const char* name;
   Form form;
+  bool fp16;
   const char* (*run)(const Args&, void*, cudaStream_t, int);
   size_t (*ws)(const Args&, int);
   bool (*can)(const Args&, int);
 };
 
-#define GEVT_ENTRY(name, form) {#name, form, gated_evt::name##_run, gated_evt::name##_ws, gated_evt::name##_can}
+#define GEVT_ENTRY(name, form) {#name, form, false, gated_evt::name##_run, gated_evt::name##_ws, gated_evt::name##_can}
+#define GEVT_ENTRY_H(name, form) {#name, form, true, gated_evt::name##_run, gated_evt::name##_ws, gated_evt::name##_can}
 const Kernel kKernels[] = {
     GEVT_ENTRY(plain_coop, Form::Plain), GEVT_ENTRY(upact_coop, Form::UpAct),
     GEVT_ENTRY(upactu_coop, Form::UpActU), GEVT_ENTRY(dgrad_coop, Form::Dgrad),
@@ -65,34 +72,39 @@ const Kernel kKernels[] = {
     GEVT_ENTRY(upactu_pp, Form::UpActU), GEVT_ENTRY(dgrad_pp, Form::Dgrad),
     GEVT_ENTRY(plain_sk, Form::Plain),   GEVT_ENTRY(upact_sk, Form::UpAct),
     GEVT_ENTRY(dgrad_sk, Form::Dgrad),
+    GEVT_ENTRY_H(plain_coop_h, Form::Plain), GEVT_ENTRY_H(upact_coop_h, Form::UpAct),
+    GEVT_ENTRY_H(upactu_coop_h, Form::UpActU), GEVT_ENTRY_H(dgrad_coop_h, Form::Dgrad),
 };
 
-using T = __nv_bfloat16;
 constexpr Act kAct = Act::GeluTanh;
 
-__global__ void to_bf16(const float* in, T* out, long long n) {
+template <class T>
+__global__ void to_elem(const float* in, T* out, long long n) {
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x)
-    out[t] = __float2bfloat16(in[t]);
+    out[t] = from_f<T>(in[t]);
 }
 
 // The fp32 references. form UpAct: r0 = act(g) * U. Dgrad: r0 = DH * u * act'(g), r1 = DH * act(g).
+template <class T>
 __global__ void ref_upact(const T* g, const float* u32, float* r0, long long n, Act act) {
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x)
-    r0[t] = act_fwd(__bfloat162float(g[t]), act) * u32[t];
+    r0[t] = act_fwd(to_f<T>(g[t]), act) * u32[t];
 }
+template <class T>
 __global__ void ref_dgrad(const float* dh, const T* g, const T* u, float* r0, float* r1, long long n, Act act) {
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
-    const float z = __bfloat162float(g[t]);
-    r0[t] = dh[t] * __bfloat162float(u[t]) * act_grad(z, act);
+    const float z = to_f<T>(g[t]);
+    r0[t] = dh[t] * to_f<T>(u[t]) * act_grad(z, act);
     r1[t] = dh[t] * act_fwd(z, act);
   }
 }
 
 // out[0] += sum (h-ref)^2, out[1] += sum ref^2, out[2] += count of non-finite h
+template <class T>
 __global__ void compare(const T* h, const float* ref, long long n, double* out) {
   double e = 0, r = 0, bad = 0;
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
-    const float v = __bfloat162float(h[t]);
+    const float v = to_f<T>(h[t]);
     if (!isfinite(v)) bad += 1;
     const double d = double(v) - ref[t];
     e += d * d, r += double(ref[t]) * ref[t];
@@ -100,7 +112,8 @@ __global__ void compare(const T* h, const float* ref, long long n, double* out) 
   atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad);
 }
 
-// The split path's elementwise passes, 8 bf16 per thread (as elementwise.cu): h = act(g) * u; dg, du from dh, g, u.
+// The split path's elementwise passes, 8 elements per thread (as elementwise.cu): h = act(g) * u; dg, du from dh, g, u.
+template <class T>
 __global__ void act_mul8(const uint4* g, const uint4* u, uint4* h, long long n8) {
   const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (t >= n8) return;
@@ -109,9 +122,10 @@ __global__ void act_mul8(const uint4* g, const uint4* u, uint4* h, long long n8)
   const T* pb = reinterpret_cast<const T*>(&b);
   T* po = reinterpret_cast<T*>(&o);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) po[i] = __float2bfloat16(act_fwd(__bfloat162float(pa[i]), kAct) * __bfloat162float(pb[i]));
+  for (int i = 0; i < 8; ++i) po[i] = from_f<T>(act_fwd(to_f<T>(pa[i]), kAct) * to_f<T>(pb[i]));
   h[t] = o;
 }
+template <class T>
 __global__ void act_mul_bwd8(const uint4* dh, const uint4* g, const uint4* u, uint4* dg, uint4* du, long long n8) {
   const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (t >= n8) return;
@@ -124,10 +138,10 @@ __global__ void act_mul_bwd8(const uint4* dh, const uint4* g, const uint4* u, ui
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     float f, fd;
-    act_fwd_grad(__bfloat162float(pa[i]), kAct, f, fd);
-    const float dv = __bfloat162float(pd[i]);
-    q0[i] = __float2bfloat16(dv * __bfloat162float(pb[i]) * fd);
-    q1[i] = __float2bfloat16(dv * f);
+    act_fwd_grad(to_f<T>(pa[i]), kAct, f, fd);
+    const float dv = to_f<T>(pd[i]);
+    q0[i] = from_f<T>(dv * to_f<T>(pb[i]) * fd);
+    q1[i] = from_f<T>(dv * f);
   }
   dg[t] = o0, du[t] = o1;
 }
@@ -136,26 +150,33 @@ struct Problem {
   long long m, h, i;
   bool timed;
   Act act;
+  bool fp16;
 };
 
-// Row-major C[M, N] (fp32 or bf16) = A[M, K] B^T, B [N, K] row-major (b_kn: B stored [K, N]).
+template <class T>
+constexpr cudaDataType_t kCudaType = std::is_same<T, __half>::value ? CUDA_R_16F : CUDA_R_16BF;
+
+// Row-major C[M, N] (fp32 or T) = A[M, K] B^T, B [N, K] row-major (b_kn: B stored [K, N]).
+template <class T>
 void gemm(cublasHandle_t hb, const T* a, const T* b, void* c, bool c32, long long m, long long n, long long k,
           bool b_kn) {
   const float one = 1.f, zero = 0.f;
-  const auto ct = c32 ? CUDA_R_32F : CUDA_R_16BF;
   // column-major view: C^T [N, M] = op(B) [N, K] x A^T [K, M]
-  cublasGemmEx(hb, b_kn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, b, CUDA_R_16BF,
-               int(b_kn ? n : k), a, CUDA_R_16BF, int(k), &zero, c, ct, int(n), CUBLAS_COMPUTE_32F,
-               CUBLAS_GEMM_DEFAULT);
+  cublasGemmEx(hb, b_kn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, b, kCudaType<T>,
+               int(b_kn ? n : k), a, kCudaType<T>, int(k), &zero, c, c32 ? CUDA_R_32F : kCudaType<T>, int(n),
+               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+// Norm-wise relative error of h against ref; fails (ok = false) on any non-finite element or beyond what rounding
+// each output once to T gives (bf16 ~1.6e-3, fp16 ~2e-4 norm-wise).
+template <class T>
 double rel_err(const T* h, const float* ref, long long n, double* acc, bool* ok) {
   CK(cudaMemset(acc, 0, 3 * sizeof(double)));
-  compare<<<1024, 256>>>(h, ref, n, acc);
+  compare<T><<<1024, 256>>>(h, ref, n, acc);
   double host[3];
   CK(cudaMemcpy(host, acc, sizeof(host), cudaMemcpyDeviceToHost));
   const double rel = std::sqrt(host[0] / host[1]);
-  *ok = *ok && host[2] == 0 && rel < 4e-3;  // bf16: one rounding of each output is ~1.6e-3 norm-wise
+  *ok = *ok && host[2] == 0 && rel < (std::is_same<T, __half>::value ? 6e-4 : 4e-3);
   return host[2] > 0 ? NAN : rel;
 }
 
@@ -178,6 +199,147 @@ int host_check() {
   return failures ? 1 : 0;
 }
 
+// One problem: every kernel of its dtype checked (and timed when pr.timed), then the baselines. Returns failures.
+template <class T>
+int run_problem(const Problem& pr, const std::string& want, cublasHandle_t hb, int sms) {
+  int failures = 0;
+  const long long m = pr.m, hd = pr.h, in = pr.i, mi = m * in;
+  T *x, *wgu, *wd, *dy, *g, *u, *d0, *d1, *tmp0, *tmp1, *tmp2;
+  float *g32, *u32, *dh32, *r0, *r1, *down32;
+  double* acc;
+  void* ws;
+  const size_t ws_bytes = 64 << 20;
+  CK(cudaMalloc(&x, m * hd * 2));
+  CK(cudaMalloc(&wgu, 2 * in * hd * 2));  // [W_g; W_u]: one buffer, so cuBLAS's [M, 2I] GEMM reads it as is
+  CK(cudaMalloc(&wd, hd * in * 2));
+  CK(cudaMalloc(&dy, m * hd * 2));
+  for (T** p : {&g, &u, &d0, &d1, &tmp0, &tmp1, &tmp2}) CK(cudaMalloc(p, mi * 2 * (p == &tmp2 ? 2 : 1)));
+  for (float** p : {&g32, &u32, &dh32, &r0, &r1}) CK(cudaMalloc(p, mi * 4));
+  CK(cudaMalloc(&down32, m * hd * 4));
+  CK(cudaMalloc(&acc, 3 * sizeof(double)));
+  CK(cudaMalloc(&ws, ws_bytes));
+  const T* wg = wgu;
+  const T* wu = wgu + in * hd;
+  fill<<<1024, 256>>>(x, m * hd, 17u + unsigned(m), 1.f);
+  fill<<<1024, 256>>>(wgu, 2 * in * hd, 91u + unsigned(in), 1.f / std::sqrt(float(hd)));
+  fill<<<1024, 256>>>(wd, hd * in, 7u, 1.f / std::sqrt(float(in)));
+  fill<<<1024, 256>>>(dy, m * hd, 5u, 1.f);
+  gemm(hb, x, wg, g32, true, m, in, hd, false);
+  gemm(hb, x, wu, u32, true, m, in, hd, false);
+  gemm(hb, dy, wd, dh32, true, m, in, hd, true);
+  to_elem<T><<<1024, 256>>>(g32, g, mi);
+  to_elem<T><<<1024, 256>>>(u32, u, mi);
+  fill<<<1024, 256>>>(tmp1, mi, 29u, 1.f);  // h for the down projection's shape
+  gemm(hb, tmp1, wd, down32, true, m, hd, in, false);
+  CK(cudaDeviceSynchronize());
+  const char* dtype = pr.fp16 ? "fp16" : "bf16";
+  std::vector<std::pair<std::string, float>> us;
+  for (const Kernel& kn : kKernels) {
+    if (kn.fp16 != pr.fp16 || (want != "all" && want.find(kn.name) == std::string::npos)) continue;
+    Args a{int(m), int(in), int(hd), int(pr.act), x, wu, d0, g, u, d1};
+    if (kn.form == Form::Plain) a.b = wg;
+    if (kn.form == Form::Dgrad) a.a = dy, a.b = wd;
+    if (kn.ws(a, sms) > ws_bytes) {
+      printf("{\"kernel\": \"%s\", \"error\": \"workspace %zu bytes\"}\n", kn.name, kn.ws(a, sms));
+      ++failures;
+      continue;
+    }
+    CK(cudaMemset(d0, 0xFF, mi * 2));  // NaN: an element the kernel does not write fails the check
+    CK(cudaMemset(d1, 0xFF, mi * 2));
+    const char* err = kn.run(a, ws, nullptr, sms);
+    CK(cudaDeviceSynchronize());
+    if (err) {
+      printf("{\"kernel\": \"%s\", \"m\": %lld, \"error\": \"%s\"}\n", kn.name, m, err);
+      ++failures;
+      continue;
+    }
+    bool ok = true;
+    double e0 = 0, e1 = -1;
+    if (kn.form == Form::Plain) {
+      e0 = rel_err(d0, g32, mi, acc, &ok);
+    } else if (kn.form == Form::UpAct || kn.form == Form::UpActU) {
+      ref_upact<T><<<1024, 256>>>(g, u32, r0, mi, pr.act);
+      e0 = rel_err(d0, r0, mi, acc, &ok);
+      if (kn.form == Form::UpActU) e1 = rel_err(d1, u32, mi, acc, &ok);
+    } else {
+      ref_dgrad<T><<<1024, 256>>>(dh32, g, u, r0, r1, mi, pr.act);
+      e0 = rel_err(d0, r0, mi, acc, &ok);
+      e1 = rel_err(d1, r1, mi, acc, &ok);
+    }
+    float t = -1, t_down = -1;
+    double e_down = -1;
+    if (kn.form == Form::Plain) {  // also the down projection's shape: [M, H] = h [M, I] W_d^T
+      Args dn{int(m), int(hd), int(in), int(kAct), tmp1, wd, tmp0, nullptr, nullptr, nullptr};
+      CK(cudaMemset(tmp0, 0xFF, m * hd * 2));
+      const char* derr = kn.run(dn, ws, nullptr, sms);
+      CK(cudaDeviceSynchronize());
+      if (derr) ok = false;
+      e_down = derr ? NAN : rel_err(tmp0, down32, m * hd, acc, &ok);
+      if (pr.timed && !derr) t_down = graph_us(20, [&](cudaStream_t s) { kn.run(dn, ws, s, sms); });
+    }
+    failures += !ok;
+    // The tile order is a run-time choice (no recompile): time each, keep the best, print all.
+    std::string orders;
+    int best_sw = 1, best_ra = 0;
+    if (pr.timed)
+      for (int sw : {1, 2, 4, 8})
+        for (int ra : {0, 1, 2}) {
+          Args o = a;
+          o.swizzle = sw, o.raster = ra;
+          const float v = graph_us(20, [&](cudaStream_t s) { kn.run(o, ws, s, sms); });
+          char buf[48];
+          snprintf(buf, sizeof(buf), "%s\"s%d r%d\": %.2f", orders.empty() ? "" : ", ", sw, ra, v);
+          orders += buf;
+          if (t < 0 || v < t) t = v, best_sw = sw, best_ra = ra;
+        }
+    us.push_back({kn.name, t});
+    printf("{\"kernel\": \"%s\", \"dtype\": \"%s\", \"act\": %d, \"m\": %lld, \"h\": %lld, \"i\": %lld, \"ok\": %s, "
+           "\"rel_err\": %.3g, \"rel_err_aux\": %.3g, \"us\": %.2f, \"tflops\": %.0f, \"best_order\": \"s%d r%d\", "
+           "\"orders\": {%s}, \"down_rel_err\": %.3g, \"down_us\": %.2f}\n",
+           kn.name, dtype, int(pr.act), m, hd, in, ok ? "true" : "false", e0, e1, t,
+           t > 0 ? 2.0 * m * in * hd / t * 1e-6 : 0.0, best_sw, best_ra, orders.c_str(), e_down, t_down);
+  }
+  if (pr.timed) {
+    const long long n8 = mi / 8;
+    const int blocks = int((n8 + 255) / 256);
+    auto on = [&](cudaStream_t s) { cublasSetStream(hb, s); };
+    const float t_gate = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, x, wg, tmp0, false, m, in, hd, false); });
+    const float t_gu = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, x, wgu, tmp2, false, m, 2 * in, hd, false); });
+    const float t_dh = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, dy, wd, tmp0, false, m, in, hd, true); });
+    const float t_down = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, tmp1, wd, tmp0, false, m, hd, in, false); });
+    const float t_mul = graph_us(20, [&](cudaStream_t s) {
+      act_mul8<T><<<blocks, 256, 0, s>>>((const uint4*)g, (const uint4*)u, (uint4*)tmp0, n8);
+    });
+    const float t_mul_bwd = graph_us(20, [&](cudaStream_t s) {
+      act_mul_bwd8<T><<<blocks, 256, 0, s>>>((const uint4*)tmp1, (const uint4*)g, (const uint4*)u, (uint4*)tmp0,
+                                             (uint4*)d1, n8);
+    });
+    cublasSetStream(hb, nullptr);
+    printf("{\"baseline\": \"cublas+elementwise\", \"dtype\": \"%s\", \"m\": %lld, \"h\": %lld, \"i\": %lld, "
+           "\"gate_gemm_us\": %.2f, \"gate_up_2i_gemm_us\": %.2f, \"dh_gemm_us\": %.2f, \"down_gemm_us\": %.2f, "
+           "\"act_mul_us\": %.2f, \"act_mul_bwd_us\": %.2f}\n",
+           dtype, m, hd, in, t_gate, t_gu, t_dh, t_down, t_mul, t_mul_bwd);
+    auto of = [&](const std::string& n) {
+      for (auto& [k, v] : us)
+        if (k == n) return v;
+      return -1.f;
+    };
+    for (const char* sfx : {"coop", "pp", "coop_h"}) {  // the schedules with all four forms
+      const std::string s(sfx);
+      const float plain = of("plain_" + s), upact = of("upact_" + s), upactu = of("upactu_" + s),
+                  dgrad = of("dgrad_" + s);
+      if (plain < 0 || upact < 0 || upactu < 0 || dgrad < 0) continue;
+      printf("{\"summary\": \"%s\", \"m\": %lld, \"h\": %lld, \"i\": %lld, \"fwd_infer_gate_up_us\": %.2f, "
+             "\"fwd_train_gate_up_us\": %.2f, \"bwd_dh_dgdu_us\": %.2f, \"split_fwd_us\": %.2f, \"split_bwd_us\": %.2f}\n",
+             sfx, m, hd, in, plain + upact, plain + upactu, dgrad, 2 * t_gate + t_mul, t_dh + t_mul_bwd);
+    }
+  }
+  for (void* p : std::initializer_list<void*>{x, wgu, wd, dy, g, u, d0, d1, tmp0, tmp1, tmp2, g32, u32, dh32, r0, r1,
+                                              down32, acc, ws})
+    cudaFree(p);
+  return failures;
+}
+
 int main(int argc, char** argv) {
   const std::string want = argc > 1 ? argv[1] : "all";
   if (want == "host") return host_check();
@@ -187,148 +349,21 @@ int main(int argc, char** argv) {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cublasHandle_t hb;
   cublasCreate(&hb);
-  // The odd shape twice: gelu_tanh and silu (the activation is a run-time argument of the kernels).
-  std::vector<Problem> problems = {{1000, 760, 3000, false, Act::GeluTanh}, {1000, 760, 3000, false, Act::Silu}};
+  const bool timed = !getenv("GEVT_ONCE");
+  // The odd shape in gelu_tanh and silu (the activation is a run-time argument of the kernels), both dtypes.
+  std::vector<Problem> problems;
+  for (bool fp16 : {false, true})
+    for (Act act : {Act::GeluTanh, Act::Silu}) problems.push_back({1000, 760, 3000, false, act, fp16});
   std::string shapes = argc > 3 ? argv[3] : "768x3072";  // "HxI,..." -> H, I, H, I, ...
   std::replace(shapes.begin(), shapes.end(), 'x', ',');
   const std::vector<int> dims = parse_list(shapes.c_str());
   for (size_t d = 0; d + 1 < dims.size(); d += 2)
-    for (int m : rows) problems.push_back({m, dims[d], dims[d + 1], !getenv("GEVT_ONCE"), kAct});
+    for (int m : rows) problems.push_back({m, dims[d], dims[d + 1], timed, kAct, false});
+  if (dims.size() >= 2 && !rows.empty())  // fp16 timed on the first shape and row count only
+    problems.push_back({rows[0], dims[0], dims[1], timed, kAct, true});
   int failures = 0;
-  for (const Problem& pr : problems) {
-    const long long m = pr.m, hd = pr.h, in = pr.i, mi = m * in;
-    T *x, *wgu, *wd, *dy, *g, *u, *d0, *d1, *tmp0, *tmp1, *tmp2;
-    float *g32, *u32, *dh32, *r0, *r1;
-    double* acc;
-    void* ws;
-    const size_t ws_bytes = 64 << 20;
-    CK(cudaMalloc(&x, m * hd * 2));
-    CK(cudaMalloc(&wgu, 2 * in * hd * 2));  // [W_g; W_u]: one buffer, so cuBLAS's [M, 2I] GEMM reads it as is
-    CK(cudaMalloc(&wd, hd * in * 2));
-    CK(cudaMalloc(&dy, m * hd * 2));
-    for (T** p : {&g, &u, &d0, &d1, &tmp0, &tmp1, &tmp2}) CK(cudaMalloc(p, mi * 2 * (p == &tmp2 ? 2 : 1)));
-    for (float** p : {&g32, &u32, &dh32, &r0, &r1}) CK(cudaMalloc(p, mi * 4));
-    CK(cudaMalloc(&acc, 3 * sizeof(double)));
-    CK(cudaMalloc(&ws, ws_bytes));
-    const T* wg = wgu;
-    const T* wu = wgu + in * hd;
-    fill<<<1024, 256>>>(x, m * hd, 17u + unsigned(m), 1.f);
-    fill<<<1024, 256>>>(wgu, 2 * in * hd, 91u + unsigned(in), 1.f / std::sqrt(float(hd)));
-    fill<<<1024, 256>>>(wd, hd * in, 7u, 1.f / std::sqrt(float(in)));
-    fill<<<1024, 256>>>(dy, m * hd, 5u, 1.f);
-    gemm(hb, x, wg, g32, true, m, in, hd, false);
-    gemm(hb, x, wu, u32, true, m, in, hd, false);
-    gemm(hb, dy, wd, dh32, true, m, in, hd, true);
-    to_bf16<<<1024, 256>>>(g32, g, mi);
-    to_bf16<<<1024, 256>>>(u32, u, mi);
-    fill<<<1024, 256>>>(tmp1, mi, 29u, 1.f);  // h for the down projection's shape
-    float* down32;
-    CK(cudaMalloc(&down32, m * hd * 4));
-    gemm(hb, tmp1, wd, down32, true, m, hd, in, false);
-    CK(cudaDeviceSynchronize());
-    std::vector<std::pair<std::string, float>> us;
-    for (const Kernel& kn : kKernels) {
-      if (want != "all" && want.find(kn.name) == std::string::npos) continue;
-      Args a{int(m), int(in), int(hd), int(pr.act), x, wu, d0, g, u, d1};
-      if (kn.form == Form::Plain) a.b = wg;
-      if (kn.form == Form::Dgrad) a.a = dy, a.b = wd;
-      if (kn.ws(a, sms) > ws_bytes) {
-        printf("{\"kernel\": \"%s\", \"error\": \"workspace %zu bytes\"}\n", kn.name, kn.ws(a, sms));
-        ++failures;
-        continue;
-      }
-      CK(cudaMemset(d0, 0xFF, mi * 2));  // NaN: an element the kernel does not write fails the check
-      CK(cudaMemset(d1, 0xFF, mi * 2));
-      const char* err = kn.run(a, ws, nullptr, sms);
-      CK(cudaDeviceSynchronize());
-      if (err) {
-        printf("{\"kernel\": \"%s\", \"m\": %lld, \"error\": \"%s\"}\n", kn.name, m, err);
-        ++failures;
-        continue;
-      }
-      bool ok = true;
-      double e0 = 0, e1 = -1;
-      if (kn.form == Form::Plain) {
-        e0 = rel_err(d0, g32, mi, acc, &ok);
-      } else if (kn.form == Form::UpAct || kn.form == Form::UpActU) {
-        ref_upact<<<1024, 256>>>(g, u32, r0, mi, pr.act);
-        e0 = rel_err(d0, r0, mi, acc, &ok);
-        if (kn.form == Form::UpActU) e1 = rel_err(d1, u32, mi, acc, &ok);
-      } else {
-        ref_dgrad<<<1024, 256>>>(dh32, g, u, r0, r1, mi, pr.act);
-        e0 = rel_err(d0, r0, mi, acc, &ok);
-        e1 = rel_err(d1, r1, mi, acc, &ok);
-      }
-      float t = -1, t_down = -1;
-      double e_down = -1;
-      if (kn.form == Form::Plain) {  // also the down projection's shape: [M, H] = h [M, I] W_d^T
-        Args dn{int(m), int(hd), int(in), int(kAct), tmp1, wd, tmp0, nullptr, nullptr, nullptr};
-        CK(cudaMemset(tmp0, 0xFF, m * hd * 2));
-        const char* derr = kn.run(dn, ws, nullptr, sms);
-        CK(cudaDeviceSynchronize());
-        if (derr) ok = false;
-        e_down = derr ? NAN : rel_err(tmp0, down32, m * hd, acc, &ok);
-        if (pr.timed && !derr) t_down = graph_us(20, [&](cudaStream_t s) { kn.run(dn, ws, s, sms); });
-      }
-      failures += !ok;
-      // The tile order is a run-time choice (no recompile): time each, keep the best, print all.
-      std::string orders;
-      int best_sw = 1, best_ra = 0;
-      if (pr.timed)
-        for (int sw : {1, 2, 4, 8})
-          for (int ra : {0, 1, 2}) {
-            Args o = a;
-            o.swizzle = sw, o.raster = ra;
-            const float v = graph_us(20, [&](cudaStream_t s) { kn.run(o, ws, s, sms); });
-            char buf[48];
-            snprintf(buf, sizeof(buf), "%s\"s%d r%d\": %.2f", orders.empty() ? "" : ", ", sw, ra, v);
-            orders += buf;
-            if (t < 0 || v < t) t = v, best_sw = sw, best_ra = ra;
-          }
-      us.push_back({kn.name, t});
-      printf("{\"kernel\": \"%s\", \"act\": %d, \"m\": %lld, \"h\": %lld, \"i\": %lld, \"ok\": %s, \"rel_err\": %.3g, "
-             "\"rel_err_aux\": %.3g, \"us\": %.2f, \"tflops\": %.0f, \"best_order\": \"s%d r%d\", \"orders\": {%s}, "
-             "\"down_rel_err\": %.3g, \"down_us\": %.2f}\n",
-             kn.name, int(pr.act), m, hd, in, ok ? "true" : "false", e0, e1, t, t > 0 ? 2.0 * m * in * hd / t * 1e-6 : 0.0,
-             best_sw, best_ra, orders.c_str(), e_down, t_down);
-    }
-    if (pr.timed) {
-      const long long n8 = mi / 8;
-      const int blocks = int((n8 + 255) / 256);
-      auto on = [&](cudaStream_t s) { cublasSetStream(hb, s); };
-      const float t_gate = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, x, wg, tmp0, false, m, in, hd, false); });
-      const float t_gu = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, x, wgu, tmp2, false, m, 2 * in, hd, false); });
-      const float t_dh = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, dy, wd, tmp0, false, m, in, hd, true); });
-      const float t_down = graph_us(20, [&](cudaStream_t s) { on(s), gemm(hb, tmp1, wd, tmp0, false, m, hd, in, false); });
-      const float t_mul = graph_us(20, [&](cudaStream_t s) {
-        act_mul8<<<blocks, 256, 0, s>>>((const uint4*)g, (const uint4*)u, (uint4*)tmp0, n8);
-      });
-      const float t_mul_bwd = graph_us(20, [&](cudaStream_t s) {
-        act_mul_bwd8<<<blocks, 256, 0, s>>>((const uint4*)tmp1, (const uint4*)g, (const uint4*)u, (uint4*)tmp0,
-                                            (uint4*)d1, n8);
-      });
-      cublasSetStream(hb, nullptr);
-      printf("{\"baseline\": \"cublas+elementwise\", \"m\": %lld, \"gate_gemm_us\": %.2f, \"gate_up_2i_gemm_us\": %.2f, "
-             "\"dh_gemm_us\": %.2f, \"down_gemm_us\": %.2f, \"act_mul_us\": %.2f, \"act_mul_bwd_us\": %.2f}\n",
-             m, t_gate, t_gu, t_dh, t_down, t_mul, t_mul_bwd);
-      auto of = [&](const char* n) {
-        for (auto& [k, v] : us)
-          if (k == n) return v;
-        return -1.f;
-      };
-      for (const char* sfx : {"coop", "pp"}) {
-        const std::string s(sfx);
-        const float plain = of(("plain_" + s).c_str()), upact = of(("upact_" + s).c_str()),
-                    upactu = of(("upactu_" + s).c_str()), dgrad = of(("dgrad_" + s).c_str());
-        printf("{\"summary\": \"%s\", \"m\": %lld, \"fwd_infer_gate_up_us\": %.2f, \"fwd_train_gate_up_us\": %.2f, "
-               "\"bwd_dh_dgdu_us\": %.2f, \"split_fwd_us\": %.2f, \"split_bwd_us\": %.2f}\n",
-               sfx, m, plain + upact, plain + upactu, dgrad, 2 * t_gate + t_mul, t_dh + t_mul_bwd);
-      }
-    }
-    for (void* p : std::initializer_list<void*>{x, wgu, wd, dy, g, u, d0, d1, tmp0, tmp1, tmp2, g32, u32, dh32, r0,
-                                                r1, acc, ws, down32})
-      cudaFree(p);
-  }
+  for (const Problem& pr : problems)
+    failures += pr.fp16 ? run_problem<__half>(pr, want, hb, sms) : run_problem<__nv_bfloat16>(pr, want, hb, sms);
   cublasDestroy(hb);
   printf("{\"failures\": %d}\n", failures);
   return failures ? 1 : 0;
