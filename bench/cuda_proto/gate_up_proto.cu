@@ -27,19 +27,6 @@ __global__ void ref_epilogue(const float* gu, float* ref, long long m, long long
   }
 }
 
-template <typename T>
-__global__ void compare(const T* h, const float* ref, long long n, double* out) {
-  // out[0] sum (h-ref)^2, out[1] sum ref^2, out[2] count of non-finite
-  double e = 0, r = 0, bad = 0;
-  for (long long t = blockIdx.x * blockDim.x + threadIdx.x; t < n; t += gridDim.x * blockDim.x) {
-    const float v = to_f<T>(h[t]);
-    if (!isfinite(v)) bad += 1;
-    const double dlt = double(v) - ref[t];
-    e += dlt * dlt, r += double(ref[t]) * ref[t];
-  }
-  atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad);
-}
-
 
 template <typename T>
 void run(long long m, long long i, long long k, int act, int variant, bool time_it) {

@@ -1,5 +1,5 @@
-// What the standalone prototypes of bench/cuda_proto share: a CUDA error check that prints one JSON line and
-// exits, deterministic fill of a 16/32-bit buffer, GPU µs per call from CUDA-graph replay, and the variant list
+// What the standalone prototypes of bench/cuda_proto (and bench/cutlass_proto) share: a CUDA error check that prints
+// one JSON line and exits, deterministic fill of a 16/32-bit buffer, the error sums against an fp32 reference, GPU µs per call from CUDA-graph replay, and the variant list
 // of argv[1].
 #pragma once
 
@@ -29,6 +29,20 @@ __global__ void fill(T* p, long long n, unsigned seed, float scale) {
     x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
     p[i] = fused_mlp::from_f<T>(scale * ((x & 0xFFFFFF) / float(0x800000) - 1.f));
   }
+}
+
+// Error sums of an output against an fp32 reference: out[0] += sum (h - ref)^2, out[1] += sum ref^2, out[2] += the
+// count of non-finite h (so NaN never passes). Launch over any grid; zero `out` first.
+template <typename T>
+__global__ void compare(const T* h, const float* ref, long long n, double* out) {
+  double e = 0, r = 0, bad = 0;
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
+    const float v = fused_mlp::to_f<T>(h[t]);
+    if (!isfinite(v)) bad += 1;
+    const double d = double(v) - ref[t];
+    e += d * d, r += double(ref[t]) * ref[t];
+  }
+  atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad);
 }
 
 // Median over 25 replays of one graph holding `calls` calls of body(stream), per call, after a warm-up call.

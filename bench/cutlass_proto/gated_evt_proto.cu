@@ -99,19 +99,6 @@ __global__ void ref_dgrad(const float* dh, const T* g, const T* u, float* r0, fl
   }
 }
 
-// out[0] += sum (h-ref)^2, out[1] += sum ref^2, out[2] += count of non-finite h
-template <class T>
-__global__ void compare(const T* h, const float* ref, long long n, double* out) {
-  double e = 0, r = 0, bad = 0;
-  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += (long long)gridDim.x * blockDim.x) {
-    const float v = to_f<T>(h[t]);
-    if (!isfinite(v)) bad += 1;
-    const double d = double(v) - ref[t];
-    e += d * d, r += double(ref[t]) * ref[t];
-  }
-  atomicAdd(&out[0], e), atomicAdd(&out[1], r), atomicAdd(&out[2], bad);
-}
-
 // The split path's elementwise passes, 8 elements per thread (as elementwise.cu): h = act(g) * u; dg, du from dh, g, u.
 template <class T>
 __global__ void act_mul8(const uint4* g, const uint4* u, uint4* h, long long n8) {
