@@ -138,8 +138,11 @@ stage_chain() {  # the persistent chain kernel: cost per layer / per row, weight
   timeout "${T_CHAIN:-60}" python3 bench/chain_cost.py "${LOAD[@]}" --json "$OUT/chain.json" || log "chain_cost failed"
 }
 stage_breakdown() {  # the gated op per kernel for each way of holding the gate/up weights (bench/gated_breakdown.py)
-  log "gated breakdown"
-  timeout "${T_BREAKDOWN:-150}" python3 bench/gated_breakdown.py "${LOAD[@]}" --json "$OUT/breakdown.json" \
+  # Listed twice (e.g. STAGES="breakdown ops breakdown"), the second run (a warm GPU) writes breakdown_2.json.
+  local json="$OUT/breakdown.json"
+  [ -f "$json" ] && json="$OUT/breakdown_2.json"
+  log "gated breakdown -> $json"
+  timeout "${T_BREAKDOWN:-150}" python3 bench/gated_breakdown.py "${LOAD[@]}" --json "$json" \
     || log "gated_breakdown failed or timed out"
 }
 stage_ops() {
