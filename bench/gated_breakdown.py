@@ -102,17 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {name: [] for name in calls}
             for _ in range(args.rounds):  # interleaved: drift hits every entry alike
                 for name, replay in replays.items():
-                    replay()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(5):
-                        replay()
-                    end.record()
-                    end.synchronize()
-                    times[name].append(start.elapsed_time(end) * 1e3 / (5 * repeat))
+                    times[name].append(harness.replay_us(replay, repeat, replays=5))
             for name, replay in replays.items():
-                lay = layouts_seen.get(name)
-                rec = {"rows": m, "call": name, "distance_bytes": lay, "gpu_us": [round(v, 2) for v in times[name]],
+                rec = {"rows": m, "call": name, "distance_bytes": layouts_seen.get(name), "gpu_us": [round(v, 2) for v in times[name]],
                        "median_us": round(statistics.median(times[name]), 2),
                        "kernels_us": kernel_times(replay, repeat)}  # fmt: skip
                 records.append(rec)

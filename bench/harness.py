@@ -192,6 +192,11 @@ def gpu_us(fn: Callable[[], object], repeat: int = 20, replays: int = 10) -> flo
     except Exception:  # noqa: BLE001  (not capturable: the row says so with None)
         torch.cuda.synchronize()
         return None
+    return replay_us(replay, repeat, replays)
+
+
+def replay_us(replay: Callable[[], None], repeat: int, replays: int = 10) -> float:
+    """GPU µs per call of a captured graph of `repeat` calls: the median of `replays` timed replays, after one."""
     replay()
     times = []
     for _ in range(replays):
