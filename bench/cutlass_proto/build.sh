@@ -3,6 +3,8 @@
 # the GPU machine: nvcc 13, CUTLASS 4.2's headers from the nvidia-cutlass wheel (fetched once into CUTLASS_DIR), the
 # CUDA torch venv's headers for kernel_src's common.cuh (the activation math), cuBLAS from its wheels. Each kernel is
 # its own translation unit (about a minute each), built two at a time. Usage: bash bench/cutlass_proto/build.sh [KERNELS]
+# (KERNELS: names from kernel_list.cuh; the driver links every kernel of the list, so a partial build only
+# refreshes those objects).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=.venv-cuda/bin/python
@@ -23,11 +25,15 @@ mkdir -p $out/obj
 flags=(-O3 -std=c++17 --expt-relaxed-constexpr -DNDEBUG -DUSE_CUDA -DTORCH_TARGET_VERSION=0x020b000000000000
   -I"$ti" -I"$src/include" -I"$src/tools/util/include" -Ibench/cutlass_proto -Ibench/cuda_proto
   -Ikernel_src/fused_mlp/cuda/csrc -I"$nv/include" -gencode arch=compute_90a,code=sm_90a -Xptxas -v)
-kernels=${1:-plain_coop upact_coop upactu_coop dgrad_coop plain_pp upact_pp upactu_pp dgrad_pp plain_sk upact_sk dgrad_sk
-  plain_coop_h upact_coop_h upactu_coop_h dgrad_coop_h}
+# The kernels, in kernel_list.cuh's order (their index is the -DGEVT_INDEX of their translation unit).
+mapfile -t names < <(sed -n 's/^  X(\([a-z0-9_]*\),.*/\1/p' bench/cutlass_proto/kernel_list.cuh)
+kernels=${1:-${names[*]}}
 pids=()
 for k in $kernels; do
-  nvcc "${flags[@]}" -DGEVT_$k -c bench/cutlass_proto/kernels.cu -o $out/obj/$k.o 2> $out/obj/$k.ptxas.txt &
+  index=-1
+  for i in "${!names[@]}"; do [ "${names[$i]}" = "$k" ] && index=$i; done
+  [ "$index" -ge 0 ] || { echo "no kernel '$k' in kernel_list.cuh (${names[*]})"; exit 1; }
+  nvcc "${flags[@]}" -DGEVT_INDEX=$index -c bench/cutlass_proto/kernels.cu -o $out/obj/$k.o 2> $out/obj/$k.ptxas.txt &
   pids+=($!)
   if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}" || { cat $out/obj/*.ptxas.txt | grep -i error; exit 1; }; pids=("${pids[@]:1}"); fi
 done

@@ -1,8 +1,10 @@
 // gated_evt::run / workspace_bytes for one Gemm type: the CUTLASS arguments of each form (strides, the visitor
-// tree's arguments in its node order). Included by each kernels_*.cu, which instantiates one kernel type.
+// tree's arguments in its node order), and the list's entry points. Included by kernels.cu, which instantiates
+// them for one kernel of the list.
 #pragma once
 
 #include "gated_evt.cuh"
+#include "kernel_list.cuh"
 
 namespace gated_evt {
 
@@ -65,14 +67,18 @@ const char* run(const Args& p, void* workspace, cudaStream_t stream, int sms) {
   return nullptr;
 }
 
-}  // namespace gated_evt
+// The entry points kernel_list.cuh declares, for the list's kernel N.
+template <int N>
+const char* run_at(const Args& p, void* workspace, cudaStream_t stream, int sms) {
+  return run<KernelAt<N>>(p, workspace, stream, sms);
+}
+template <int N>
+size_t workspace_at(const Args& p, int sms) {
+  return workspace_bytes<KernelAt<N>>(p, sms);
+}
+template <int N>
+bool can_implement_at(const Args& p, int sms) {
+  return can_implement<KernelAt<N>>(p, sms);
+}
 
-// One kernel type per translation unit (CUTLASS kernels take minutes each to compile): `name` gets a
-// registry entry the driver looks up.
-#define GATED_EVT_KERNEL(name, ...)                                                                    \
-  namespace gated_evt {                                                                                \
-  using name##_t = __VA_ARGS__;                                                                        \
-  const char* name##_run(const Args& p, void* ws, cudaStream_t s, int sms) { return run<name##_t>(p, ws, s, sms); } \
-  size_t name##_ws(const Args& p, int sms) { return workspace_bytes<name##_t>(p, sms); }              \
-  bool name##_can(const Args& p, int sms) { return can_implement<name##_t>(p, sms); }                \
-  }
+}  // namespace gated_evt

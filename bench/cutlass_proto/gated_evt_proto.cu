@@ -22,34 +22,14 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gated_evt.cuh"
+#include "kernel_list.cuh"
 #include "proto_harness.cuh"
 
 using namespace fused_mlp;
-
-namespace gated_evt {
-#define GEVT_DECLARE(name)                                               \
-  const char* name##_run(const Args& p, void* ws, cudaStream_t s, int sms); \
-  size_t name##_ws(const Args& p, int sms);                                  \
-  bool name##_can(const Args& p, int sms);
-GEVT_DECLARE(plain_coop)
-GEVT_DECLARE(upact_coop)
-GEVT_DECLARE(upactu_coop)
-GEVT_DECLARE(dgrad_coop)
-GEVT_DECLARE(plain_pp)
-GEVT_DECLARE(upact_pp)
-GEVT_DECLARE(upactu_pp)
-GEVT_DECLARE(dgrad_pp)
-GEVT_DECLARE(plain_sk)
-GEVT_DECLARE(upact_sk)
-GEVT_DECLARE(dgrad_sk)
-GEVT_DECLARE(plain_coop_h)
-GEVT_DECLARE(upact_coop_h)
-GEVT_DECLARE(upactu_coop_h)
-GEVT_DECLARE(dgrad_coop_h)
-}  // namespace gated_evt
 
 using gated_evt::Args;
 using gated_evt::Form;
@@ -63,18 +43,14 @@ struct Kernel {
   bool (*can)(const Args&, int);
 };
 
-#define GEVT_ENTRY(name, form) {#name, form, false, gated_evt::name##_run, gated_evt::name##_ws, gated_evt::name##_can}
-#define GEVT_ENTRY_H(name, form) {#name, form, true, gated_evt::name##_run, gated_evt::name##_ws, gated_evt::name##_can}
-const Kernel kKernels[] = {
-    GEVT_ENTRY(plain_coop, Form::Plain), GEVT_ENTRY(upact_coop, Form::UpAct),
-    GEVT_ENTRY(upactu_coop, Form::UpActU), GEVT_ENTRY(dgrad_coop, Form::Dgrad),
-    GEVT_ENTRY(plain_pp, Form::Plain),   GEVT_ENTRY(upact_pp, Form::UpAct),
-    GEVT_ENTRY(upactu_pp, Form::UpActU), GEVT_ENTRY(dgrad_pp, Form::Dgrad),
-    GEVT_ENTRY(plain_sk, Form::Plain),   GEVT_ENTRY(upact_sk, Form::UpAct),
-    GEVT_ENTRY(dgrad_sk, Form::Dgrad),
-    GEVT_ENTRY_H(plain_coop_h, Form::Plain), GEVT_ENTRY_H(upact_coop_h, Form::UpAct),
-    GEVT_ENTRY_H(upactu_coop_h, Form::UpActU), GEVT_ENTRY_H(dgrad_coop_h, Form::Dgrad),
-};
+// The driver's table, made from kernel_list.cuh's list (the entry points are in the kernels' objects).
+template <size_t... N>
+std::vector<Kernel> make_table(std::index_sequence<N...>) {
+  using namespace gated_evt;
+  return {Kernel{kKernelNames[N], Traits<KernelAt<N>>::kForm, Traits<KernelAt<N>>::kFp16, run_at<N>, workspace_at<N>,
+                 can_implement_at<N>}...};
+}
+const std::vector<Kernel> kKernels = make_table(std::make_index_sequence<gated_evt::kNumKernels>{});
 
 constexpr Act kAct = Act::GeluTanh;
 

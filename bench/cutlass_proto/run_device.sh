@@ -2,7 +2,7 @@
 # Run the CUTLASS EVT prototype on the GPU machine (built here by build.sh, carried as bench/cutlass_proto/bin):
 # correctness of each kernel and GPU µs next to cuBLAS + the elementwise passes. Output: $OUT/cutlass_evt.txt (one
 # JSON line per kernel and problem, then the per-step sums) and, with NCU=1, Nsight Compute's view of each kernel.
-# env: KERNELS (default all; names as in kernels.cu), ROWS (default 8192,1024), SHAPES (HxI list, default
+# env: KERNELS (default all; names as in kernel_list.cuh), ROWS (default 8192,1024), SHAPES (HxI list, default
 # 768x3072,4096x11008: the issue's gated shape and a llama-7B-sized one), NCU (0).
 set -uo pipefail
 cd "$(dirname "$0")/bin"
