@@ -160,15 +160,4 @@ struct Args {
   int raster = 0;   // 0 heuristic, 1 along M, 2 along N
 };
 
-// Runs one GEMM of type G on `stream`; returns a message on failure (null on success). `workspace` must hold
-// workspace_bytes<G>(args).
-template <class G>
-const char* run(const Args& p, void* workspace, cudaStream_t stream, int sms);
-
-template <class G>
-size_t workspace_bytes(const Args& p, int sms);
-
-template <class G>
-bool can_implement(const Args& p, int sms);
-
 }  // namespace gated_evt

@@ -57,6 +57,8 @@ bool can_implement(const Args& p, int sms) {
   return G::Op::can_implement(make_args<G>(p, sms)) == cutlass::Status::kSuccess;
 }
 
+// Runs one GEMM of type G on `stream`; returns a message on failure (null on success). `workspace` must hold
+// workspace_bytes<G>(args).
 template <class G>
 const char* run(const Args& p, void* workspace, cudaStream_t stream, int sms) {
   typename G::Op op;
