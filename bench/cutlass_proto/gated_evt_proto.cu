@@ -313,17 +313,22 @@ int main(int argc, char** argv) {
   cublasHandle_t hb;
   cublasCreate(&hb);
   const bool timed = !getenv("GEVT_ONCE");
-  // The odd shape in gelu_tanh and silu (the activation is a run-time argument of the kernels), both dtypes.
+  // GEVT_ACT: the timed problems' activation code (default gelu_tanh); 0 (none) leaves the epilogue only its loads
+  // and stores, which separates their cost from the activation's arithmetic.
+  const Act timed_act = getenv("GEVT_ACT") ? Act(atoi(getenv("GEVT_ACT"))) : kAct;
+  // The odd shape in gelu_tanh and silu (the activation is a run-time argument of the kernels), both dtypes;
+  // GEVT_NO_CHECK=1 leaves them out (a profiler run that wants the timed shapes' launches only).
   std::vector<Problem> problems;
-  for (bool fp16 : {false, true})
-    for (Act act : {Act::GeluTanh, Act::Silu}) problems.push_back({1000, 760, 3000, false, act, fp16});
+  if (!getenv("GEVT_NO_CHECK"))
+    for (bool fp16 : {false, true})
+      for (Act act : {Act::GeluTanh, Act::Silu}) problems.push_back({1000, 760, 3000, false, act, fp16});
   std::string shapes = argc > 3 ? argv[3] : "768x3072";  // "HxI,..." -> H, I, H, I, ...
   std::replace(shapes.begin(), shapes.end(), 'x', ',');
   const std::vector<int> dims = parse_list(shapes.c_str());
   for (size_t d = 0; d + 1 < dims.size(); d += 2)
-    for (int m : rows) problems.push_back({m, dims[d], dims[d + 1], timed, kAct, false});
+    for (int m : rows) problems.push_back({m, dims[d], dims[d + 1], timed, timed_act, false});
   if (dims.size() >= 2 && !rows.empty())  // fp16 timed on the first shape and row count only
-    problems.push_back({rows[0], dims[0], dims[1], timed, kAct, true});
+    problems.push_back({rows[0], dims[0], dims[1], timed, timed_act, true});
   int failures = 0;
   for (const Problem& pr : problems)
     failures += pr.fp16 ? run_problem<__half>(pr, want, hb, sms) : run_problem<__nv_bfloat16>(pr, want, hb, sms);

@@ -3,7 +3,11 @@
 # correctness of each kernel and GPU µs next to cuBLAS + the elementwise passes. Output: $OUT/cutlass_evt.txt (one
 # JSON line per kernel and problem, then the per-step sums) and, with NCU=1, Nsight Compute's view of each kernel.
 # env: KERNELS (default all; names as in kernel_list.cuh), ROWS (default 8192,1024), SHAPES (HxI list, default
-# 768x3072,4096x11008: the issue's gated shape and a llama-7B-sized one), NCU (0).
+# 768x3072,4096x11008: the issue's gated shape and a llama-7B-sized one), NCU (0), ACTS (the timed problems'
+# activation codes, default 3 = gelu_tanh; 0 = none leaves the epilogue only its loads and stores: each code other
+# than 3 writes cutlass_evt_act<code>.txt), NCU_METRICS (instead of the two sections: an ncu --metrics list, e.g.
+# regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio for the stall reasons; the checks' launches are
+# left out then).
 set -uo pipefail
 cd "$(dirname "$0")/bin"
 out=${OUT:-.}
@@ -11,9 +15,18 @@ LD_LIBRARY_PATH=$(python3 -c "import glob,site;print([p for d in site.getsitepac
 export LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader \
   | tee "$out/cutlass_gpu.txt"
-timeout 300 ./gated_evt_proto "${KERNELS:-all}" "${ROWS:-8192,1024}" "${SHAPES:-768x3072,4096x11008}" > "$out/cutlass_evt.txt" 2>&1; echo "gated_evt_proto rc=$?"
+for act in ${ACTS:-3}; do
+  name=cutlass_evt; [ "$act" = 3 ] || name=cutlass_evt_act$act
+  GEVT_ACT=$act timeout 300 ./gated_evt_proto "${KERNELS:-all}" "${ROWS:-8192,1024}" "${SHAPES:-768x3072,4096x11008}" \
+    > "$out/$name.txt" 2>&1; echo "gated_evt_proto act $act rc=$?"
+done
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
-  GEVT_ONCE=1 timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-    -k regex:device_kernel ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu.txt" 2>&1; echo "ncu rc=$?"
+  if [ -n "${NCU_METRICS:-}" ]; then
+    GEVT_NO_CHECK=1 GEVT_ONCE=1 timeout 200 ncu --clock-control none --metrics "$NCU_METRICS" -k regex:device_kernel \
+      ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu_metrics.txt" 2>&1; echo "ncu metrics rc=$?"
+  else
+    GEVT_ONCE=1 timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      -k regex:device_kernel ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu.txt" 2>&1; echo "ncu rc=$?"
+  fi
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$out/cutlass_gpu.txt"
