@@ -87,12 +87,23 @@ struct DgOf {
 
 enum class Form { Plain, UpAct, UpActU, Dgrad };
 
-// The epilogue's visitor tree for `form` over elements E (bf16 or fp16), on the epilogue tile the builder picks
-// for (TileShape, Schedule).
-template <Form form, class E, class TileShape, class EpiSchedule>
+// The epilogue's subtile and pipeline depths for (TileShape, Schedule): the builder's (EpiTile auto, kStagesC 0),
+// or an override. The builder gives the aux loads min(subtiles, 4) stages: with ping-pong's 64x32 subtiles (8 per
+// 128x128 tile) only half a tile's aux data can be in flight before its epilogue starts.
+template <class TileShape, class EpiTile, class E, class EpiSchedule, int kStagesC>
+struct EpiDesc {
+  using Base = edetail::EpilogueDescriptor<TileShape, EpiTile, void, E, EpiSchedule>;
+  using EpilogueTile = typename Base::EpilogueTile;
+  static constexpr int StagesC = kStagesC > 0 ? kStagesC : Base::StagesC;
+  static constexpr int StagesD = Base::StagesD;
+  using DispatchPolicy = cutlass::epilogue::Sm90TmaWarpSpecialized<
+      StagesC, StagesD, Base::DispatchPolicy::FragmentSize, Base::DispatchPolicy::ReuseSmemC,
+      Base::DispatchPolicy::DelayTmaStore>;
+};
+
+// The epilogue's visitor tree for `form` over elements E (bf16 or fp16), on Desc's subtile and stages.
+template <Form form, class E, class Desc>
 struct Epilogue {
-  using Desc = edetail::EpilogueDescriptor<TileShape, cutlass::epilogue::collective::EpilogueTileAuto, void, E,
-                                           EpiSchedule>;
   using LoadDesc = edetail::AuxLoadDescriptor<Desc, RowMajor, E>;
   using StoreDesc = edetail::AuxStoreDescriptor<Desc, RowMajor, E>;
   using Load = fusion::Sm90AuxLoad<LoadDesc::Stages, typename Desc::EpilogueTile, E, typename LoadDesc::Stride,
@@ -120,16 +131,25 @@ struct Epilogue {
 // D[M, N] (row-major) = A[M, K] (row-major) x B, B stored [N, K] (LayoutB ColMajor: the weights as nn.Linear
 // holds them) or [K, N] (RowMajor: W_down read as dy W_down in backward). Scheduler: void = persistent tiles,
 // cutlass::gemm::StreamKScheduler = stream-K (K split across SMs where tiles do not fill the machine).
+// kStagesC / EpiTile: the epilogue's aux-load stages and subtile (0 / auto: the builder's choice).
 template <Form form, class E, class LayoutB, class TileShape, class ClusterShape, class KernelSchedule,
-          class EpiSchedule, class Scheduler = void>
+          class EpiSchedule, class Scheduler = void, int kStagesC = 0,
+          class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
 struct Gemm {
   static constexpr Form kForm = form;
   using Element = E;
-  using Epi = Epilogue<form, E, TileShape, EpiSchedule>;
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, 8, E, RowMajor, 8, EpiSchedule,
-      typename Epi::Callbacks>::CollectiveOp;
+  using Desc = EpiDesc<TileShape, EpiTile, E, EpiSchedule, kStagesC>;
+  using Epi = Epilogue<form, E, Desc>;
+  static constexpr bool kBuilderEpilogue =
+      kStagesC == 0 && std::is_same<EpiTile, cutlass::epilogue::collective::EpilogueTileAuto>::value;
+  using CollectiveEpilogue = typename std::conditional_t<
+      kBuilderEpilogue,
+      cutlass::epilogue::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+          cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, 8, E, RowMajor, 8,
+          EpiSchedule, typename Epi::Callbacks>,
+      edetail::Sm90TmaBuilderImpl<TileShape, typename Desc::EpilogueTile, float, float, void, RowMajor, 8, E,
+                                  RowMajor, 8, typename Epi::Callbacks, typename Desc::DispatchPolicy>>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, RowMajor, 8, E, LayoutB, 8, float, TileShape,
       ClusterShape,

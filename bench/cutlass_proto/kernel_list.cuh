@@ -6,6 +6,9 @@
 // pp: ping-pong, 128x128x64 tiles, one per consumer warpgroup, the two alternating, so one's epilogue overlaps the
 // other's main loop (what an aux-heavy epilogue needs), clusters of 2x1.
 // sk: cooperative 128x128x64 with the stream-K scheduler: at 1024 rows a 256x128 tiling has 96 tiles for 132 SMs.
+// _s8: the aux loads with 8 stages (a whole tile's aux data in flight; the builder gives 4); _e64: ping-pong with
+// 64x64 epilogue subtiles (4 per tile, so its 4 stages hold a whole tile). Session 26's diagnosis of the aux-load
+// epilogues' cost.
 // _h: fp16 (the cooperative kernels, for the numerics the shipped ops need).
 #pragma once
 
@@ -23,6 +26,7 @@ using PpCluster = Shape<_2, _1, _1>;
 using SkTile = Shape<_128, _128, _64>;
 using SkCluster = Shape<_1, _1, _1>;
 using StreamK = cutlass::gemm::StreamKScheduler;
+using Epi64 = Shape<_64, _64>;
 
 // build.sh reads the names from the lines that start with "  X(".
 #define GATED_EVT_KERNELS(X)                                                                            \
@@ -37,6 +41,10 @@ using StreamK = cutlass::gemm::StreamKScheduler;
   X(plain_sk, Gemm<Form::Plain, Bf16, ColMajor, SkTile, SkCluster, Coop, CoopEpi, StreamK>)             \
   X(upact_sk, Gemm<Form::UpAct, Bf16, ColMajor, SkTile, SkCluster, Coop, CoopEpi, StreamK>)             \
   X(dgrad_sk, Gemm<Form::Dgrad, Bf16, RowMajor, SkTile, SkCluster, Coop, CoopEpi, StreamK>)             \
+  X(upact_pp_s8, Gemm<Form::UpAct, Bf16, ColMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 8>)   \
+  X(dgrad_pp_s8, Gemm<Form::Dgrad, Bf16, RowMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 8>)   \
+  X(upact_pp_e64, Gemm<Form::UpAct, Bf16, ColMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 4, Epi64>) \
+  X(upact_coop_s8, Gemm<Form::UpAct, Bf16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi, void, 8>)     \
   X(plain_coop_h, Gemm<Form::Plain, Fp16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi>)              \
   X(upact_coop_h, Gemm<Form::UpAct, Fp16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi>)              \
   X(upactu_coop_h, Gemm<Form::UpActU, Fp16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi>)            \
@@ -53,8 +61,9 @@ using KernelAt = std::tuple_element_t<N, AllKernels>;
 // Form and dtype of a Gemm type from its template arguments (no instantiation of the CUTLASS builders).
 template <class G>
 struct Traits;
-template <Form form, class E, class... Rest>
-struct Traits<Gemm<form, E, Rest...>> {
+template <Form form, class E, class LayoutB, class Tile, class Cluster, class Sched, class EpiSched, class Scheduler,
+          int kStagesC, class EpiTile>
+struct Traits<Gemm<form, E, LayoutB, Tile, Cluster, Sched, EpiSched, Scheduler, kStagesC, EpiTile>> {
   static constexpr Form kForm = form;
   static constexpr bool kFp16 = std::is_same<E, Fp16>::value;
 };
