@@ -22,11 +22,11 @@ for act in ${ACTS:-3}; do
 done
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   if [ -n "${NCU_METRICS:-}" ]; then
-    GEVT_NO_CHECK=1 GEVT_ONCE=1 timeout 200 ncu --clock-control none --metrics "$NCU_METRICS" -k regex:device_kernel \
-      ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu_metrics.txt" 2>&1; echo "ncu metrics rc=$?"
+    what=(--metrics "$NCU_METRICS"); file=cutlass_ncu_metrics.txt; export GEVT_NO_CHECK=1
   else
-    GEVT_ONCE=1 timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      -k regex:device_kernel ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/cutlass_ncu.txt" 2>&1; echo "ncu rc=$?"
+    what=(--section SpeedOfLight --section MemoryWorkloadAnalysis); file=cutlass_ncu.txt
   fi
+  GEVT_ONCE=1 timeout 200 ncu --clock-control none "${what[@]}" -k regex:device_kernel \
+    ./gated_evt_proto "${KERNELS:-all}" 8192 > "$out/$file" 2>&1; echo "ncu rc=$?"
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$out/cutlass_gpu.txt"
