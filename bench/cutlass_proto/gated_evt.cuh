@@ -140,16 +140,12 @@ struct Gemm {
   using Element = E;
   using Desc = EpiDesc<TileShape, EpiTile, E, EpiSchedule, kStagesC>;
   using Epi = Epilogue<form, E, Desc>;
-  static constexpr bool kBuilderEpilogue =
-      kStagesC == 0 && std::is_same<EpiTile, cutlass::epilogue::collective::EpilogueTileAuto>::value;
-  using CollectiveEpilogue = typename std::conditional_t<
-      kBuilderEpilogue,
-      cutlass::epilogue::collective::CollectiveBuilder<
-          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-          cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, 8, E, RowMajor, 8,
-          EpiSchedule, typename Epi::Callbacks>,
-      edetail::Sm90TmaBuilderImpl<TileShape, typename Desc::EpilogueTile, float, float, void, RowMajor, 8, E,
-                                  RowMajor, 8, typename Epi::Callbacks, typename Desc::DispatchPolicy>>::CollectiveOp;
+  // CUTLASS's epilogue CollectiveBuilder ends in the same Sm90TmaBuilderImpl, with Desc's choices when kStagesC
+  // is 0 and EpiTile auto (same SASS, checked on plain_pp, upact_coop and dgrad_sk), so one path serves both.
+  using CollectiveEpilogue =
+      typename edetail::Sm90TmaBuilderImpl<TileShape, typename Desc::EpilogueTile, float, float, void, RowMajor, 8, E,
+                                           RowMajor, 8, typename Epi::Callbacks,
+                                           typename Desc::DispatchPolicy>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, RowMajor, 8, E, LayoutB, 8, float, TileShape,
       ClusterShape,
