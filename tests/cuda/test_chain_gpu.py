@@ -161,3 +161,27 @@ def test_chain_inside_a_user_cuda_graph():
             want = ref.mlp(x.double(), [w.double() for w in ws], [b.double() for b in bs], "relu")
             assert_close(y, want, d, "chain mlp replayed from a user graph")
             assert_close(yg, ref.gated_mlp(*as64(xg, wg, wu, wd), "gelu_tanh"), d, "chain gated replayed")
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_chain_hands_non_finite_values_between_layers(dtype):
+    """Non-finite inputs (a NaN with every bit set, a NaN, an inf) flow through every layer's hand-over as NaN
+    in their rows only, and every other row stays right (a handover that used the all-ones NaN as a "not written
+    yet" mark would wait forever or mix rows; session 27 measured one)."""
+    with forced("chain", "persistent"), torch.no_grad():
+        x, ws, bs, expected = mlp_case(16, (256, 512, 256, 128), dtype, "gelu", (True, True, True))
+        xg, wg, wu, wd = gated_case(16, 256, 512, dtype)
+        expected_g = ref.gated_mlp(*as64(xg, wg, wu, wd), "gelu")
+        for t in (x, xg):
+            t.view(torch.int16)[3, 7] = -1  # 0xFFFF
+            t[5, 0], t[9, 100] = float("nan"), float("inf")
+        bad = [3, 5, 9]
+        good = [r for r in range(16) if r not in bad]
+        for name, out, want in (
+            ("mlp", ops.mlp(x, ws, bs, "gelu"), expected),
+            ("gated", ops.gated_mlp(xg, wg, wu, wd, "gelu"), expected_g),
+        ):
+            torch.cuda.synchronize()
+            assert torch.isnan(out[bad]).all(), f"chain {name}: a non-finite input row is not NaN throughout"
+            assert_close(out[good], want[good], dtype, f"chain {name}: finite rows beside non-finite ones")
+        assert ran_chain(lambda: ops.mlp(x, ws, bs, "gelu"))
