@@ -37,17 +37,21 @@ namespace edetail = cutlass::epilogue::collective::detail;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 constexpr int kAct = static_cast<int>(fused_mlp::Act::GeluTanh);
 
-// The epilogue functors. The activation is a run-time argument, so one kernel serves every activation (as a
-// shipped build needs); the switch runs once per fragment (with_act), each case a loop with the activation a
-// constant: a switch per element compiled to one indirect branch per element (256 BRX in the SASS).
+// The epilogue functors. The activation is a run-time argument (kFixed < 0), so one kernel serves every
+// activation, or a compile-time one (kFixed = an Act code; the run-time argument is then ignored). Run-time: the
+// switch runs once per fragment (with_act), each case a loop with the activation a constant (a switch per element
+// compiled to one indirect branch per element, 256 BRX in the SASS), yet the five copies of every fragment loop
+// overflow the instruction cache: Nsight Compute (session 27) shows dgrad stalled on instruction fetch
+// (no_instruction 8.9 per issue) and 41 M instructions vs 20 M for upact and 8 M for plain.
 // ComputeFn<float> is only named for its Arguments; the calls get fragments (cutlass::Array<float, N>).
 struct ActArg {
   int act = kAct;
 };
 
-template <class F>
+template <int kFixed, class F>
 CUTLASS_DEVICE auto with_act(int act, F&& f) {
   using fused_mlp::Act;
+  if constexpr (kFixed >= 0) return f(std::integral_constant<Act, Act(kFixed)>{});
   switch (Act(act)) {
     case Act::Relu: return f(std::integral_constant<Act, Act::Relu>{});
     case Act::Gelu: return f(std::integral_constant<Act, Act::Gelu>{});
@@ -58,11 +62,11 @@ CUTLASS_DEVICE auto with_act(int act, F&& f) {
 }
 
 // act(g) * x: h in the forward, du = act(g) * dh in the backward
-template <class T>
-struct ActMul {
+template <class T, int kFixed>
+struct ActMulOf {
   using Arguments = ActArg;
   CUTLASS_DEVICE T operator()(T const& g, T const& x, Arguments const& a) const {
-    return with_act(a.act, [&](auto A) {
+    return with_act<kFixed>(a.act, [&](auto A) {
       T out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < T::kElements; ++i) out[i] = fused_mlp::act_fwd(g[i], A.value) * x[i];
@@ -72,11 +76,11 @@ struct ActMul {
 };
 
 // dg = dh * u * act'(g)
-template <class T>
-struct DgOf {
+template <class T, int kFixed>
+struct DgOfAct {
   using Arguments = ActArg;
   CUTLASS_DEVICE T operator()(T const& dh, T const& g, T const& u, Arguments const& a) const {
-    return with_act(a.act, [&](auto A) {
+    return with_act<kFixed>(a.act, [&](auto A) {
       T out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < T::kElements; ++i) out[i] = dh[i] * u[i] * fused_mlp::act_grad(g[i], A.value);
@@ -101,9 +105,14 @@ struct EpiDesc {
       Base::DispatchPolicy::DelayTmaStore>;
 };
 
-// The epilogue's visitor tree for `form` over elements E (bf16 or fp16), on Desc's subtile and stages.
-template <Form form, class E, class Desc>
+// The epilogue's visitor tree for `form` over elements E (bf16 or fp16), on Desc's subtile and stages, with the
+// activation kFixed (-1: the run-time argument).
+template <Form form, class E, class Desc, int kFixed>
 struct Epilogue {
+  template <class T>
+  using ActMul = ActMulOf<T, kFixed>;
+  template <class T>
+  using DgOf = DgOfAct<T, kFixed>;
   using LoadDesc = edetail::AuxLoadDescriptor<Desc, RowMajor, E>;
   using StoreDesc = edetail::AuxStoreDescriptor<Desc, RowMajor, E>;
   using Load = fusion::Sm90AuxLoad<LoadDesc::Stages, typename Desc::EpilogueTile, E, typename LoadDesc::Stride,
@@ -131,15 +140,16 @@ struct Epilogue {
 // D[M, N] (row-major) = A[M, K] (row-major) x B, B stored [N, K] (LayoutB ColMajor: the weights as nn.Linear
 // holds them) or [K, N] (RowMajor: W_down read as dy W_down in backward). Scheduler: void = persistent tiles,
 // cutlass::gemm::StreamKScheduler = stream-K (K split across SMs where tiles do not fill the machine).
-// kStagesC / EpiTile: the epilogue's aux-load stages and subtile (0 / auto: the builder's choice).
+// kStagesC / EpiTile: the epilogue's aux-load stages and subtile (0 / auto: the builder's choice). kFixedAct: the
+// activation compiled in (an Act code), or -1 for the run-time argument.
 template <Form form, class E, class LayoutB, class TileShape, class ClusterShape, class KernelSchedule,
           class EpiSchedule, class Scheduler = void, int kStagesC = 0,
-          class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
+          class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto, int kFixedAct = -1>
 struct Gemm {
   static constexpr Form kForm = form;
   using Element = E;
   using Desc = EpiDesc<TileShape, EpiTile, E, EpiSchedule, kStagesC>;
-  using Epi = Epilogue<form, E, Desc>;
+  using Epi = Epilogue<form, E, Desc, kFixedAct>;
   // CUTLASS's epilogue CollectiveBuilder ends in the same Sm90TmaBuilderImpl, with Desc's choices when kStagesC
   // is 0 and EpiTile auto (same SASS, checked on plain_pp, upact_coop and dgrad_sk), so one path serves both.
   using CollectiveEpilogue =

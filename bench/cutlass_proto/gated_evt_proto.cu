@@ -38,6 +38,7 @@ struct Kernel {
   const char* name;
   Form form;
   bool fp16;
+  int act;  // the activation compiled in, or -1 (a run-time argument)
   const char* (*run)(const Args&, void*, cudaStream_t, int);
   size_t (*ws)(const Args&, int);
   bool (*can)(const Args&, int);
@@ -47,8 +48,8 @@ struct Kernel {
 template <size_t... N>
 std::vector<Kernel> make_table(std::index_sequence<N...>) {
   using namespace gated_evt;
-  return {Kernel{kKernelNames[N], Traits<KernelAt<N>>::kForm, Traits<KernelAt<N>>::kFp16, run_at<N>, workspace_at<N>,
-                 can_implement_at<N>}...};
+  return {Kernel{kKernelNames[N], Traits<KernelAt<N>>::kForm, Traits<KernelAt<N>>::kFp16, Traits<KernelAt<N>>::kAct,
+                 run_at<N>, workspace_at<N>, can_implement_at<N>}...};
 }
 const std::vector<Kernel> kKernels = make_table(std::make_index_sequence<gated_evt::kNumKernels>{});
 
@@ -199,6 +200,7 @@ int run_problem(const Problem& pr, const std::string& want, cublasHandle_t hb, i
   std::vector<std::pair<std::string, float>> us;
   for (const Kernel& kn : kKernels) {
     if (kn.fp16 != pr.fp16 || (want != "all" && want.find(kn.name) == std::string::npos)) continue;
+    if (kn.act >= 0 && kn.act != int(pr.act)) continue;  // its activation is compiled in: only its own problems
     Args a{int(m), int(in), int(hd), int(pr.act), x, wu, d0, g, u, d1};
     if (kn.form == Form::Plain) a.b = wg;
     if (kn.form == Form::Dgrad) a.a = dy, a.b = wd;

@@ -9,6 +9,8 @@
 // _s8: the aux loads with 8 stages (a whole tile's aux data in flight; the builder gives 4); _e64: ping-pong with
 // 64x64 epilogue subtiles (4 per tile, so its 4 stages hold a whole tile). Session 26's diagnosis of the aux-load
 // epilogues' cost.
+// _gt: the activation (gelu_tanh) compiled in instead of a run-time argument (session 27: the run-time switch's five
+// copies of each fragment loop overflow the instruction cache).
 // _h: fp16 (the cooperative kernels, for the numerics the shipped ops need).
 #pragma once
 
@@ -27,6 +29,7 @@ using SkTile = Shape<_128, _128, _64>;
 using SkCluster = Shape<_1, _1, _1>;
 using StreamK = cutlass::gemm::StreamKScheduler;
 using Epi64 = Shape<_64, _64>;
+constexpr int kGeluTanh = static_cast<int>(fused_mlp::Act::GeluTanh);
 
 // build.sh reads the names from the lines that start with "  X(".
 #define GATED_EVT_KERNELS(X)                                                                            \
@@ -48,7 +51,17 @@ using Epi64 = Shape<_64, _64>;
   X(plain_coop_h, Gemm<Form::Plain, Fp16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi>)              \
   X(upact_coop_h, Gemm<Form::UpAct, Fp16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi>)              \
   X(upactu_coop_h, Gemm<Form::UpActU, Fp16, ColMajor, CoopTile, CoopCluster, Coop, CoopEpi>)            \
-  X(dgrad_coop_h, Gemm<Form::Dgrad, Fp16, RowMajor, CoopTile, CoopCluster, Coop, CoopEpi>)
+  X(dgrad_coop_h, Gemm<Form::Dgrad, Fp16, RowMajor, CoopTile, CoopCluster, Coop, CoopEpi>)             \
+  X(upact_pp_gt, Gemm<Form::UpAct, Bf16, ColMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 0,         \
+                      cutlass::epilogue::collective::EpilogueTileAuto, kGeluTanh>)                        \
+  X(upact_pp_e64_gt, Gemm<Form::UpAct, Bf16, ColMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 4, Epi64, \
+                          kGeluTanh>)                                                                     \
+  X(upactu_pp_gt, Gemm<Form::UpActU, Bf16, ColMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 0,       \
+                       cutlass::epilogue::collective::EpilogueTileAuto, kGeluTanh>)                       \
+  X(dgrad_pp_gt, Gemm<Form::Dgrad, Bf16, RowMajor, PpTile, PpCluster, Pingpong, PingpongEpi, void, 0,         \
+                      cutlass::epilogue::collective::EpilogueTileAuto, kGeluTanh>)                        \
+  X(dgrad_sk_gt, Gemm<Form::Dgrad, Bf16, RowMajor, SkTile, SkCluster, Coop, CoopEpi, StreamK, 0,              \
+                      cutlass::epilogue::collective::EpilogueTileAuto, kGeluTanh>)                        \
 
 #define GEVT_NAME_OF(name, ...) #name,
 #define GEVT_TYPE_OF(name, ...) __VA_ARGS__,
@@ -62,10 +75,11 @@ using KernelAt = std::tuple_element_t<N, AllKernels>;
 template <class G>
 struct Traits;
 template <Form form, class E, class LayoutB, class Tile, class Cluster, class Sched, class EpiSched, class Scheduler,
-          int kStagesC, class EpiTile>
-struct Traits<Gemm<form, E, LayoutB, Tile, Cluster, Sched, EpiSched, Scheduler, kStagesC, EpiTile>> {
+          int kStagesC, class EpiTile, int kFixedAct>
+struct Traits<Gemm<form, E, LayoutB, Tile, Cluster, Sched, EpiSched, Scheduler, kStagesC, EpiTile, kFixedAct>> {
   static constexpr Form kForm = form;
   static constexpr bool kFp16 = std::is_same<E, Fp16>::value;
+  static constexpr int kAct = kFixedAct;  // -1: the activation is a run-time argument
 };
 
 // The entry points of kernel N; kernels.cu instantiates them for its GEVT_INDEX (gated_evt_impl.cuh defines them).
