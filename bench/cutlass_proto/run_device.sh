@@ -2,7 +2,8 @@
 # Run the CUTLASS EVT prototype on the GPU machine (built here by build.sh, carried as bench/cutlass_proto/bin):
 # correctness of each kernel and GPU µs next to cuBLAS + the elementwise passes. Output: $OUT/cutlass_evt.txt (one
 # JSON line per kernel and problem, then the per-step sums) and, with NCU=1, Nsight Compute's view of each kernel.
-# env: KERNELS (default all; names as in kernel_list.cuh), ROWS (default 8192,1024), SHAPES (HxI list, default
+# env: KERNELS (default all; a comma list of names as in kernel_list.cuh: a kernel runs when its name occurs in the
+# list, so name each one: upact_pp does not select upact_pp_gt, while upact_pp_gt also runs upact_pp), ROWS (default 8192,1024), SHAPES (HxI list, default
 # 768x3072,4096x11008: the issue's gated shape and a llama-7B-sized one), NCU (0), ACTS (the timed problems'
 # activation codes, default 3 = gelu_tanh; 0 = none leaves the epilogue only its loads and stores: each code other
 # than 3 writes cutlass_evt_act<code>.txt), NCU_METRICS (instead of the two sections: an ncu --metrics list, e.g.
