@@ -5,7 +5,8 @@ variant, as `get_kernel` or a built variant dir gives them; see harness.py), eag
 CUDA graph, cuBLASLt epilogues (`torch._addmm_activation`), torch.compile (default; max-autotune only on
 the rows in MAX_AUTOTUNE_ROWS: it autotunes every GEMM for minutes), Liger (when importable), and the
 floor = max(FLOPs / 788 TFLOP/s, bytes / 4.25 TB/s). Each row: wall µs per call in a stream of calls and
-GPU µs per call replayed in a graph, and the relative error against float64.
+GPU µs per call replayed in a graph (medians of interleaved rounds), and the relative error against float64.
+`cublas_gemms_only` (the workload's GEMMs alone, by cuBLAS) is the reference of the %-of-cuBLAS column.
 
     python bench/bench_ops.py --variant-dir dist/fused-mlp/build/<variant>=label ... --json out.json
     python bench/bench_ops.py --hub URL --repo acme/fused-mlp=cuda --repo acme/fused-mlp-triton=triton ...
@@ -14,6 +15,7 @@ GPU µs per call replayed in a graph, and the relative error against float64.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import traceback
@@ -31,6 +33,9 @@ from registry.client.workloads import WORKLOADS, Workload, api_forward, as_call,
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
+
+# What users already have: the implementations ours must beat (cublas_gemms_only is a reference, not one).
+ANCHORS = ("eager", "eager_cuda_graph", "cublaslt_epilogue", "compile", "compile_max_autotune", "liger")
 
 # torch.compile(mode="max-autotune") only here: it autotunes each GEMM shape (minutes of device time).
 MAX_AUTOTUNE_ROWS = ("gated GeGLU-tanh H=768 I=3072 M=8192",)
@@ -113,16 +118,50 @@ def implementations(
     return {name: build for name, build in impls.items() if name not in skip}
 
 
+def cublas_gemms(w: Workload, a: dict) -> Callable[[], object] | None:
+    """The workload's GEMMs alone, by cuBLAS (`torch.mm`: no bias, activation or elementwise pass), on
+    fresh operands of the same shapes; forward+backward adds each layer's dgrad and wgrad GEMM. Not an
+    anchor (it does not compute the workload): the reference of the %-of-cuBLAS column."""
+    if w.kind == "act_and_mul":
+        return None
+    m, s, dt = w.rows, w.shape, a["x"].dtype
+    if w.kind == "mlp":
+        dims = [(s[0], s[0])] * 3  # (N, K) per layer
+    else:
+        h, i = s
+        dims = [(2 * i, h), (h, i)]  # [gate; up] as one GEMM, then down
+    layers = [(torch.randn(m, k, device="cuda", dtype=dt), torch.randn(n, k, device="cuda", dtype=dt) * k**-0.5,
+               torch.randn(m, n, device="cuda", dtype=dt)) for n, k in dims]  # fmt: skip
+
+    def run():
+        out = None
+        for x, wt, dy in layers:
+            out = torch.mm(x, wt.t())
+            if w.train:
+                torch.mm(dy, wt)
+                torch.mm(dy.t(), x)
+        return out
+
+    return run
+
+
 def bench_workload(
-    w: Workload, dtype: torch.dtype, kernels: dict, max_autotune: bool, skip: set[str]
+    w: Workload, dtype: torch.dtype, kernels: dict, max_autotune: bool, skip: set[str], rounds: int = 5
 ) -> list[dict]:
+    """Every implementation of `w`, prepared first (built, checked against float64, captured), then timed in
+    `rounds` interleaved rounds, each in a rotated order: the GPU's clocks drift with heat over a run (up to
+    15% on the H200, bench/RESULTS.md session 26), so timing one implementation after another would favour
+    whichever runs first. Each number is the median of the rounds; `*_spread` keeps their min and max."""
     torch.manual_seed(0)
     a = make_inputs(w, dtype)
     elem = torch.empty((), dtype=dtype).element_size()
     expected = reference64(w, a)
-    iters = 100 if w.rows <= 1024 else 30
-    rows = []
-    for name, build in implementations(w, a, kernels, max_autotune, skip).items():
+    iters, repeat = (100 if w.rows <= 1024 else 30), 20
+    done, timed = [], []  # rows with an error or nothing to time; (row, call, replay or None) to time
+    builders = implementations(w, a, kernels, max_autotune, skip)
+    if "cublas_gemms_only" not in skip and not max_autotune:
+        builders["cublas_gemms_only"] = lambda: cublas_gemms(w, a)
+    for name, build in builders.items():
         row = {"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "impl": name,
                "floor_us": floor_us(w, elem)}  # fmt: skip
         t0 = time.perf_counter()
@@ -130,23 +169,56 @@ def bench_workload(
             forward = build()
             if forward is None:
                 continue
-            if not w.train:
-                with torch.no_grad():
-                    row["rel_err"] = harness.rel_err(forward(), expected)
-            call = as_call(w, a, forward)
-            row["wall_us"] = harness.stream_us(call, iters)
-            row["gpu_us"] = harness.gpu_us(call)
+            if name == "cublas_gemms_only":
+                call = forward
+            else:
+                if not w.train:
+                    with torch.no_grad():
+                        row["rel_err"] = harness.rel_err(forward(), expected)
+                call = as_call(w, a, forward)
+            replay = _graphed_or_none(call, repeat)
+            timed.append((row, call, replay))
             if name == "eager":  # the same forward captured once by the user: its replay is both numbers
-                replay = harness.graphed(call)
-                rows.append({**row, "impl": "eager_cuda_graph", "wall_us": harness.stream_us(replay, iters),
-                             "gpu_us": row["gpu_us"]})  # fmt: skip
+                timed.append(
+                    ({**row, "impl": "eager_cuda_graph", "same_gpu_as": "eager"}, harness.graphed(call), None)
+                )
         except Exception as exc:  # noqa: BLE001  (one implementation failing must not stop the table)
             row["error"] = f"{type(exc).__name__}: {exc}"[:400]
             traceback.print_exc()
+            done.append(row)
         row["seconds"] = round(time.perf_counter() - t0, 2)
-        rows.append(row)
+    walls: dict[int, list[float]] = {id(r): [] for r, _, _ in timed}
+    gpus: dict[int, list[float]] = {id(r): [] for r, _, _ in timed}
+    for r in range(rounds if timed else 0):
+        shift = r % len(timed)
+        for row, call, replay in timed[shift:] + timed[:shift]:
+            walls[id(row)].append(harness.stream_us(call, iters, rounds=1))
+            if replay is not None:
+                gpus[id(row)].append(harness.replay_us(replay, repeat, replays=3))
+    by_impl = {row["impl"]: row for row, _, _ in timed}
+    for row, _, _ in timed:
+        row["wall_us"], row["wall_spread"] = _median_spread(walls[id(row)])
+        source = by_impl[row.pop("same_gpu_as")] if "same_gpu_as" in row else row
+        row["gpu_us"], row["gpu_spread"] = _median_spread(gpus[id(source)])
+        row["rounds"] = rounds
         print(format_row(row), flush=True)
-    return rows
+    torch.cuda.synchronize()
+    return [row for row, _, _ in timed] + done
+
+
+def _graphed_or_none(call: Callable[[], object], repeat: int) -> Callable[[], None] | None:
+    """`repeat` calls captured in one CUDA graph (its replay), or None when the call cannot be captured."""
+    try:
+        return harness.graphed(call, repeat)
+    except Exception:  # noqa: BLE001  (not capturable: the row reports no GPU time)
+        torch.cuda.synchronize()
+        return None
+
+
+def _median_spread(values: list[float]) -> tuple[float | None, list[float] | None]:
+    if not values:
+        return None, None
+    return statistics.median(values), [min(values), max(values)]
 
 
 def format_row(r: dict) -> str:
@@ -158,23 +230,37 @@ def format_row(r: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: one line per workload, one column per implementation, `wall / gpu` µs."""
+    """Markdown: one line per workload, one column per implementation, `wall / gpu` µs; then, per loaded
+    kernel of ours, its GPU time as % of the workload's cuBLAS GEMMs alone and % of the floor (100% = at the
+    reference; above 100% = faster than it), and the fastest anchor's GPU time."""
     impls = list(dict.fromkeys(r["impl"] for r in rows))
-    out = ["| workload | dtype | " + " | ".join(impls) + " | floor |", "|---" * (len(impls) + 3) + "|"]
+    ours = [i for i in impls if i.startswith("ours:")]
+    extra = [f"{i}: % of cuBLAS GEMMs / % of floor" for i in ours] + ["best anchor (GPU)"]
+    out = ["| workload | dtype | " + " | ".join(impls + ["floor"] + extra) + " |",
+           "|---" * (len(impls) + len(extra) + 3) + "|"]  # fmt: skip
     for key in dict.fromkeys((r["workload"], r["dtype"]) for r in rows):
-        by = {r["impl"]: r for r in rows if (r["workload"], r["dtype"]) == key}
+        by = {r["impl"]: r for r in rows if (r["workload"], r["dtype"]) == key and "error" not in r}
         cells = []
         for i in impls:
             r = by.get(i)
             if r is None:
-                cells.append("–")
-            elif "error" in r:
-                cells.append("error")
+                failed = any(x["impl"] == i and (x["workload"], x["dtype"]) == key for x in rows)
+                cells.append("error" if failed else "–")
             else:
                 gpu = r.get("gpu_us")
                 cells.append(f"{r['wall_us']:.1f} / {'–' if gpu is None else f'{gpu:.1f}'}")
-        floor = next(iter(by.values()))["floor_us"]
-        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {floor:.1f} |")
+        floor = next(r["floor_us"] for r in rows if (r["workload"], r["dtype"]) == key)
+        cells.append(f"{floor:.1f}")
+        ref = (by.get("cublas_gemms_only") or {}).get("gpu_us")
+        for i in ours:
+            gpu = (by.get(i) or {}).get("gpu_us")
+            pct_cublas = f"{100 * ref / gpu:.0f}%" if gpu and ref else "–"
+            cells.append(f"{pct_cublas} / {100 * floor / gpu:.0f}%" if gpu else "–")
+        anchors = {i: r["gpu_us"] for i, r in by.items()
+                   if i in ANCHORS and r.get("gpu_us") is not None}  # fmt: skip
+        best = min(anchors, key=anchors.get) if anchors else None
+        cells.append(f"{best} {anchors[best]:.1f}" if best else "–")
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -190,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip", default="", help="comma list of implementations to leave out (e.g. compile)"
     )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per workload")
     args = parser.parse_args(argv)
     kernels = harness.load_kernels(args)
     report = {"environment": harness.environment(), "kernels": harness.describe(kernels),
@@ -199,14 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in dtypes:
         for w in WORKLOADS:
             if args.only in w.name:
-                report["rows"] += bench_workload(w, dtype, kernels, False, skip)
+                report["rows"] += bench_workload(w, dtype, kernels, False, skip, args.rounds)
                 harness.write_json(args.json, report)
     # max-autotune last: it takes the longest, and every other row is in the JSON before it starts.
     others = {"eager", "cublaslt_epilogue", "compile", "liger"}
     for dtype in dtypes if args.max_autotune else []:
         for w in WORKLOADS:
             if w.name in MAX_AUTOTUNE_ROWS and args.only in w.name:
-                report["rows"] += bench_workload(w, dtype, {}, True, skip | others)
+                report["rows"] += bench_workload(w, dtype, {}, True, skip | others, args.rounds)
                 harness.write_json(args.json, report)
     print(table(report["rows"]))
     return 0
