@@ -64,6 +64,60 @@ def test_mlp_forward_backward(dtype, activation):
             assert_close(got, want, dtype, f"mlp grad of input {i}")
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_mlp_training_without_activation_frozen_input_and_weight(dtype):
+    """activation "none" (no act' between layers), an input that needs no gradient (layer 0's dgrad is
+    skipped) and a frozen middle weight: every other gradient still matches float64."""
+    x = randn(2, 11, 64, dtype=dtype)
+    ws = [randn(48, 64, dtype=dtype, scale=0.15, grad=True), randn(32, 48, dtype=dtype, scale=0.15),
+          randn(24, 32, dtype=dtype, scale=0.2, grad=True)]  # fmt: skip
+    bs = [None, randn(32, dtype=dtype, grad=True), randn(24, dtype=dtype, grad=True)]
+    out = fused_mlp.mlp(x, ws, bs, "none")
+    x64, *p64 = as64(x, *ws, *bs)
+    expected = ref.mlp(x64, p64[:3], p64[3:], "none")
+    assert_close(out, expected, dtype, "mlp forward")
+    up = torch.randn(expected.shape, dtype=torch.float64)
+    got, want = grads(out, (x, *ws, *bs), up), grads(expected, (x64, *p64), up)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if w is not None:
+            assert_close(g, w, dtype, f"mlp grad of input {i}")
+
+
+def test_eager_training_dispatches_no_registered_op():
+    """Eager forward + backward of every op launches the kernels directly: not one call goes through the
+    registered custom ops (their dispatch and recompute made small-batch training host-bound)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    namespace = fused_mlp.OPS_NAMESPACE
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = randn(6, 32, dtype=torch.float32, grad=True)
+    w1, w2 = (
+        randn(48, 32, dtype=torch.float32, scale=0.2, grad=True),
+        randn(32, 48, dtype=torch.float32, grad=True),
+    )
+    g, u = randn(6, 48, dtype=torch.float32, grad=True), randn(6, 48, dtype=torch.float32, grad=True)
+    with Seen() as seen:
+        loss = fused_mlp.mlp(x, [w1, w2], None, "gelu").sum() + fused_mlp.linear(x, w1, None, "silu").sum()
+        loss = (
+            loss
+            + fused_mlp.gated_mlp(x, w1, w1, w2, "silu").sum()
+            + fused_mlp.act_and_mul(g, u, "gelu").sum()
+        )
+        loss.backward()
+    assert seen.ops, "the dispatch mode saw nothing: it did not observe the calls"
+    assert not [op for op in seen.ops if op.startswith(namespace)], seen.ops
+    assert x.grad is not None and w1.grad is not None and w2.grad is not None and g.grad is not None
+
+
 def test_mlp_without_biases_and_single_layer():
     x, w = randn(5, 96, dtype=torch.float32), randn(80, 96, dtype=torch.float32, scale=0.1)
     assert_close(fused_mlp.mlp(x, [w]), ref.mlp(*as64(x), [as64(w)[0]]), torch.float32, "1-layer mlp")

@@ -2,10 +2,13 @@
 act' or produce dg / du from the saved pre-activations, the gated dX as one dual GEMM), torch matmuls
 (cuBLAS) where the arch's table row is None or TMA's rules rule the Hopper kernel out.
 
-No autograd here: `custom_ops` wraps these as ops whose fake kernels give shapes.
+No autograd here: `autograd` (eager training) calls these directly; `custom_ops` wraps them as ops whose
+fake kernels give shapes, or passes its registered ops in (`chain_grads`' act_grad) so compile traces ops only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -82,3 +85,30 @@ def gated_backward_rows(
         torch.mm(dgu[0], w_gate, out=dx)
         dx.addmm_(dgu[1], w_up)
     return dx, dw_gu, dw_down
+
+
+def chain_grads(
+    grad: torch.Tensor, inputs: Sequence[torch.Tensor], pres: Sequence[torch.Tensor | None],
+    weights: Sequence[torch.Tensor], has_bias: Sequence[bool], activation: str,
+    act_grad: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor], need_dx: bool = True,
+) -> tuple[torch.Tensor | None, list[torch.Tensor], list[torch.Tensor | None]]:  # fmt: skip
+    """(dx, dweights, dbiases) of the layer chain z_i = h_i @ W_i^T + b_i, h_{i+1} = act(z_i), no activation
+    after the last layer, for the upstream gradient `grad` of the last z (all 2-D rows):
+
+    - `inputs[i]` = h_i (h_0 = x); `pres[i]` (i < n - 1) = what act' reads: z_i, or h_{i+1} for relu (its
+      derivative needs only the sign), unused for "none";
+    - `act_grad(g, pre, activation)` = g * act'(pre): the direct kernel in eager training, the registered op
+      in the compiled path (whose backward must consist of ops);
+    - dx is None when not `need_dx` (layer 0's dgrad GEMM is skipped).
+    The GEMMs run on torch (cuBLAS): every backward role of the Hopper tables is None (configs.py).
+    """
+    n = len(weights)
+    dweights: list[torch.Tensor] = []
+    dbiases: list[torch.Tensor | None] = [None] * n
+    g: torch.Tensor | None = grad
+    for i in range(n - 1, -1, -1):
+        dz = g if i == n - 1 or activation == "none" else act_grad(g, pres[i], activation)
+        dweights.insert(0, dz.t() @ inputs[i])
+        dbiases[i] = dz.sum(0) if has_bias[i] else None
+        g = dz @ weights[i] if i > 0 or need_dx else None
+    return g, dweights, dbiases

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import cache
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ def gemm_config(tables: dict[str, Table], arch: str, rows: int, element_size: in
     raise ValueError(f"config table for {arch} has no catch-all row (bound None)")
 
 
+@cache  # configs are frozen dataclasses; the fp32 path called replace() per launch
 def fit_element_size(cfg: GemmConfig | TmaConfig, element_size: int) -> GemmConfig | TmaConfig:
     """Tables are sized for 2-byte operands; fp32 tiles take twice the shared memory per stage, so
     halve BK and keep at most 3 stages (the sm_90a gated config needs 245 KB otherwise, > 227 KB). Hopper

@@ -1,5 +1,6 @@
 """The Triton ops as torch custom ops (namespace `OPS_NAMESPACE`, names prefixed `triton_`), with fake
 kernels and autograd, so torch.compile(fullgraph=True) sees one opaque op per call and differentiates it.
+Eager calls do not come here (`ops`: direct launches, or `autograd`'s Functions when autograd records).
 
 `gated_mlp` under autograd records the training op, whose forward also returns what backward reads
 (h = act(g) * u and the pre-activations (g, u)) and whose backward is one op of four fused GEMMs
@@ -175,20 +176,6 @@ def _flat(t: Tensor) -> Tensor:
     return t.reshape(-1, t.shape[-1])
 
 
-def _weight_grads(x: Tensor, dz: Tensor, has_bias: bool) -> tuple[Tensor, Tensor | None]:
-    """(dW, db) of z = x @ W.T + b for upstream dz."""
-    dz2 = _flat(dz)
-    return dz2.t() @ _flat(x), (dz2.sum(0) if has_bias else None)
-
-
-def _pre_activation_grad(grad, x, weight, bias, out, activation: str) -> Tensor:
-    """d loss / d (x @ W.T + b): relu reads its output, the others recompute the pre-activation."""
-    if activation == "none":
-        return grad
-    pre = out if activation == "relu" else linear(x, weight, bias, "none")
-    return activation_backward(grad, pre, activation)
-
-
 def _setup_linear(ctx, inputs, output):
     x, weight, bias, activation = inputs
     ctx.activation = activation
@@ -196,11 +183,17 @@ def _setup_linear(ctx, inputs, output):
 
 
 def _backward_linear(ctx, grad):
+    """The activation's derivative (relu reads the output, the others recompute the pre-activation), then
+    the one-layer chain."""
     x, weight, bias, out = ctx.saved_tensors
-    dz = _pre_activation_grad(grad, x, weight, bias, out, ctx.activation)
-    dw, db = _weight_grads(x, dz, bias is not None)
-    dx = dz @ weight if ctx.needs_input_grad[0] else None
-    return dx, dw, db, None
+    dz = _flat(grad)
+    if ctx.activation != "none":
+        pre = out if ctx.activation == "relu" else linear(x, weight, bias, "none")
+        dz = activation_backward(dz, _flat(pre), ctx.activation)
+    dx, (dw,), (db,) = backward.chain_grads(
+        dz, [_flat(x)], [], [weight], [bias is not None], "none", activation_backward, ctx.needs_input_grad[0]
+    )
+    return (None if dx is None else dx.view(x.shape)), dw, db, None
 
 
 def _setup_mlp(ctx, inputs, output):
@@ -212,23 +205,26 @@ def _setup_mlp(ctx, inputs, output):
 
 
 def _backward_mlp(ctx, grad):
+    """Recompute each hidden layer's pre-activation and output with the registered ops, then the chain's
+    gradients (the op keeps no intermediates: its schema returns the output only)."""
     x, *rest = ctx.saved_tensors
     weights = rest[: ctx.n]
     biases = _join_biases(ctx.n, list(rest[ctx.n :]), ctx.bias_layers)
-    last = ctx.n - 1
-    inputs, pres, h = [], [], x
-    for i, (w, b) in enumerate(zip(weights, biases)):
-        inputs.append(h)
-        if i < last:
-            pres.append(linear(h, w, b, "none"))
-            h = apply_activation(pres[-1], ctx.activation)
-    dweights, dbiases = [None] * ctx.n, [None] * ctx.n
-    g = grad
-    for i in range(last, -1, -1):
-        dz = g if i == last else activation_backward(g, pres[i], ctx.activation)
-        dweights[i], dbiases[i] = _weight_grads(inputs[i], dz, biases[i] is not None)
-        g = dz @ weights[i]
-    return g, dweights, [dbiases[i] for i in ctx.bias_layers], None, None
+    inputs, pres = [_flat(x)], []
+    for w, b in zip(weights[:-1], biases[:-1]):
+        pres.append(linear(inputs[-1], w, b, "none"))
+        inputs.append(apply_activation(pres[-1], ctx.activation))
+    dx, dweights, dbiases = backward.chain_grads(
+        _flat(grad), inputs, pres, weights, [b is not None for b in biases], ctx.activation,
+        activation_backward, ctx.needs_input_grad[0],
+    )  # fmt: skip
+    return (
+        (None if dx is None else dx.view(x.shape)),
+        dweights,
+        [dbiases[i] for i in ctx.bias_layers],
+        None,
+        None,
+    )
 
 
 def _setup_gated(ctx, inputs, output):

@@ -1,7 +1,7 @@
 """Kernel compositions on plain tensors: check arguments, pick the arch's config, allocate, launch.
 
-No autograd and no dispatch here: `ops` decides when these run directly, inside a cached CUDA graph,
-or inside the registered custom ops.
+No autograd and no dispatch here: `ops` decides when these run directly, under the eager autograd
+Functions (`autograd`), or inside the registered custom ops (`custom_ops`, what torch.compile traces).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import triton
 
 from ..reference import apply_activation, check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
@@ -17,6 +16,7 @@ from .activations import ACT_CODES
 from .configs import GemmConfig, TmaConfig, elementwise_config
 from .gemm import (
     INTERPRET,
+    cdiv,
     device_arch,
     gate_up_fits,
     pick,
@@ -98,6 +98,20 @@ def linear_rows(
     return out
 
 
+def linear_rows_train(
+    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor
+) -> torch.Tensor | None:
+    """linear_rows that also returns what the activation's derivative reads in backward: nothing for
+    "none", the output for relu (only its sign matters), else the pre-activation (the same launch stores it
+    on Hopper)."""
+    if activation in ("none", "relu"):
+        linear_rows(x2, w, b, activation, out)
+        return None if activation == "none" else out
+    pre = torch.empty_like(out)
+    linear_rows(x2, w, b, activation, out, pre=pre)
+    return pre
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """act(x @ weight.T + bias) for any leading batch dims."""
     check_activation(activation)
@@ -132,6 +146,24 @@ def mlp_rows(
         dst = out if i == last else torch.empty((x2.shape[0], w.shape[0]), device=x2.device, dtype=x2.dtype)
         h = linear_rows(h, unit_stride(w), b, activation if i < last else "none", dst)
     return out
+
+
+def mlp_rows_train(
+    x2: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None], activation: str,
+    out: torch.Tensor,
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:  # fmt: skip
+    """mlp_rows that keeps what backward.chain_grads reads: (every layer's input, x2 first; per hidden
+    layer what act' reads, as linear_rows_train returns it)."""
+    inputs, pres = [x2], []
+    last = len(weights) - 1
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        if i == last:
+            linear_rows(inputs[-1], unit_stride(w), b, "none", out)
+        else:
+            dst = torch.empty((x2.shape[0], w.shape[0]), device=x2.device, dtype=x2.dtype)
+            pres.append(linear_rows_train(inputs[-1], unit_stride(w), b, activation, dst))
+            inputs.append(dst)
+    return inputs, pres
 
 
 def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:
@@ -211,7 +243,7 @@ def _elementwise(
     n = first.numel()
     if n > 0:
         cfg = elementwise_config(device_arch(first))
-        launch(kdef, (triton.cdiv(n, cfg.BLOCK),), (*flat, *outs, n), (ACT_CODES[activation], cfg.BLOCK),
+        launch(kdef, (cdiv(n, cfg.BLOCK),), (*flat, *outs, n), (ACT_CODES[activation], cfg.BLOCK),
                cfg.num_warps, 1)  # fmt: skip
     return outs
 

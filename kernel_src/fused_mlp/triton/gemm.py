@@ -37,6 +37,12 @@ _ARCHS: dict[int, str] = {}
 _SMS: dict[int, int] = {}
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code: triton.cdiv is a constexpr_function whose Python wrapper costs more than
+    the division, several times per launch on the fallback's host-bound path."""
+    return -(-a // b)
+
+
 def _index(t: torch.Tensor) -> int:
     return t.device.index if t.device.index is not None else torch.cuda.current_device()
 
@@ -114,7 +120,7 @@ def tma_gemm(
             M, N, K, a.stride(0), b.stride(0), b2_.stride(0), c.stride(0), aux_.stride(0))  # fmt: skip
     consts = gemm_consts(cfg, a_t=a_t, b_t=b_t, dual=b2 is not None, has_bias=bias is not None, act=act, epi=epi,
                          pdl=pdl, upcast=upcast, precision=precision)  # fmt: skip
-    grid = (num_programs(a, triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)),)
+    grid = (num_programs(a, cdiv(M, cfg.BM) * cdiv(N, cfg.BN)),)
     _ensure_allocator()
     launch(TMA_GEMM, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
@@ -131,7 +137,7 @@ def tma_gate_up(
     args = (x, wg, wu, h, gu_, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0), gu_.stride(0))
     consts = tma_gate_up_consts(cfg, act=act, store_gu=gu is not None, pdl=uses_pdl(device_arch(x), M),
                                 up_first=wu.data_ptr() < wg.data_ptr(), upcast=upcast, precision=precision)  # fmt: skip
-    grid = (num_programs(x, triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)),)
+    grid = (num_programs(x, cdiv(M, cfg.BM) * cdiv(N, cfg.BN)),)
     _ensure_allocator()
     launch(TMA_GATE_UP, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
@@ -153,7 +159,7 @@ def ptr_linear(
     args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w.stride(0), out.stride(0))
     consts = linear_consts(cfg, has_bias=b is not None, act=act, even_k=K % cfg.BK == 0, pdl=pdl,
                            prefetch=_prefetch(x, pdl), upcast=upcast, precision=precision)  # fmt: skip
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+    grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
     launch(LINEAR_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
 
@@ -168,7 +174,7 @@ def ptr_gate_up(
     args = (x, wg, wu, h, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0))
     consts = ptr_gate_up_consts(cfg, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=_prefetch(x, pdl),
                                 upcast=upcast, precision=precision)  # fmt: skip
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+    grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
     launch(GATE_UP_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
 

@@ -1,8 +1,10 @@
 """The Triton backend's public ops (the module `fused_mlp` selects as its backend): the portable
 fallback, Triton kernels JIT-compiled (or taken from shipped AOT cubins) and launched from Python.
 
-Each call takes one of two paths:
-- custom op (`custom_ops`): under torch.compile tracing or when autograd needs a graph node;
+Each call takes one of three paths:
+- custom op (`custom_ops`): under torch.compile tracing, which needs one opaque op with a fake kernel;
+- eager autograd (`autograd`): when autograd must record the call (grad enabled and an input requires
+  grad), a torch.autograd.Function that launches directly (no dispatcher, no recompute in backward);
 - direct launches (`forward`): everything else, including the CPU interpreter.
 There is no cache of captured CUDA graphs (keyed by addresses it thrashed in real models and captured
 per call): users who want graph replay capture their model (every op here is capturable) or use
@@ -16,23 +18,23 @@ from collections.abc import Sequence
 import torch
 
 from ..reference import check_activation, normalize_biases
-from . import custom_ops, forward
+from . import autograd, custom_ops, forward
+
+_is_compiling = torch.compiler.is_compiling
 
 
-def _needs_op(*tensors: torch.Tensor | None) -> bool:
-    """True when the call must be a registered op: compile is tracing, or autograd has to record it."""
-    if torch.compiler.is_compiling():
-        return True
-    if torch.is_grad_enabled():
-        return any(t is not None and t.requires_grad for t in tensors)
-    return False
+def _records(*tensors: torch.Tensor | None) -> bool:
+    """True when autograd has to record the call: grad enabled and an input requires grad."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"
 ) -> torch.Tensor:
-    if _needs_op(x, weight, bias):
+    if _is_compiling():
         return custom_ops.linear(x, weight, bias, activation)
+    if _records(x, weight, bias):
+        return autograd.linear(x, weight, bias, activation)
     return forward.linear(x, weight, bias, activation)
 
 
@@ -43,8 +45,10 @@ def mlp(
     activation: str = "relu",
 ) -> torch.Tensor:
     biases = normalize_biases(weights, biases)
-    if _needs_op(x, *weights, *biases):
+    if _is_compiling():
         return custom_ops.mlp(x, list(weights), *custom_ops.split_biases(biases), activation)
+    if _records(x, *weights, *biases):
+        return autograd.mlp(x, weights, biases, activation)
     check_activation(activation)
     forward.check_mlp(x, weights, biases)
     out = x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
@@ -59,8 +63,10 @@ def gated_mlp(
     w_down: torch.Tensor,
     activation: str = "gelu_tanh",
 ) -> torch.Tensor:
-    if _needs_op(x, w_gate, w_up, w_down):
+    if _is_compiling():
         return custom_ops.gated_mlp_recorded(x, w_gate, w_up, w_down, activation)
+    if _records(x, w_gate, w_up, w_down):
+        return autograd.gated_mlp(x, w_gate, w_up, w_down, activation)
     check_activation(activation)
     forward.check_gated(x, w_gate, w_up, w_down)
     out = x.new_empty((*x.shape[:-1], w_down.shape[0]))
@@ -69,6 +75,8 @@ def gated_mlp(
 
 
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
-    if _needs_op(gate, up):
+    if _is_compiling():
         return custom_ops.act_and_mul(gate, up, activation)
+    if _records(gate, up):
+        return autograd.act_and_mul(gate, up, activation)
     return forward.act_and_mul(gate, up, activation)
