@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_src"))
+# This tool measures the Triton kernels: keep the backend's relu/none GEMMs off cuBLAS (configs.CUBLAS_ENABLED).
+os.environ.setdefault("FUSED_MLP_CUBLAS", "0")
 
 import triton
 from fused_mlp import reference as ref

@@ -143,6 +143,28 @@ def uses_pdl(arch: str, rows: int) -> bool:
     return PDL_ENABLED and arch.startswith("sm_") and int(arch[3:5]) >= 90 and rows <= PDL_MAX_ROWS
 
 
+# Forward GEMMs of the `linear` role with activation none or relu (every layer of a relu mlp, the gated down
+# projection) that run on cuBLAS (torch's mm / addmm / _addmm_activation: cuBLASLt with the bias + relu
+# epilogue) instead of a Triton kernel when called through this backend: above this many rows. The CUDA
+# backend's graph table makes the same choice from the same kernels' GPU times (cuda/paths.py GRAPH_PATHS:
+# Triton only at 1 row, where PDL hides its launch); here the host agrees too, since a Python-level Triton
+# launch costs more host time than an aten call. H200, bf16, one run (bench/RESULTS.md session 24, run 4): the
+# mlp 3x1024 chain on cuBLASLt vs this backend's Triton kernels, GPU µs in a graph 12.1 / 17.5 / 42.7 / 78.6 vs
+# 12.9 / 20.1 / 52.0 / 88.9 at 16 / 1024 / 4096 / 8192 rows, wall 65.3 / 56.8 / 57.0 / 82.5 vs 135.1 / 132.9 /
+# 169.6 / 179.3; the down projection 8192x768x3072: cuBLAS 52.1 vs the Hopper kernel 58.5 ("GEMM core").
+# gelu, gelu_tanh and silu keep the fused Triton epilogue (cuBLAS would need a second pass; not measured
+# against it here). Archs without an entry were not measured: Triton.
+# FUSED_MLP_CUBLAS=0 keeps every such GEMM on Triton (bench/tune_gemm.py measures the Triton kernels).
+CUBLAS_LINEAR_ABOVE: dict[str, int] = {"sm_90a": 1}
+CUBLAS_ENABLED = os.environ.get("FUSED_MLP_CUBLAS", "1") != "0"
+
+
+def cublas_linear(arch: str, rows: int, activation: str) -> bool:
+    """Whether a `linear`-role GEMM of `rows` rows with `activation` runs on cuBLAS on `arch`."""
+    bound = CUBLAS_LINEAR_ABOVE.get(arch)
+    return CUBLAS_ENABLED and bound is not None and rows > bound and activation in ("none", "relu")
+
+
 # A Hopper row may list alternative tiles, best first: a launch takes the first whose output tiles fill
 # at least WAVE_FILL of the last wave of SMs (tiles / (ceil(tiles / SMs) * SMs)), else the fullest one.
 # H200: 128x256 wins on N = 1024, 2048, 4096 but leaves a 73% last wave on N = 768 (8192 rows: 70.5 µs

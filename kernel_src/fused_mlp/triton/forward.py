@@ -13,7 +13,7 @@ import torch
 from ..reference import apply_activation, check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
-from .configs import GemmConfig, TmaConfig, elementwise_config
+from .configs import GemmConfig, TmaConfig, cublas_linear, elementwise_config
 from .gemm import (
     INTERPRET,
     cdiv,
@@ -26,6 +26,7 @@ from .gemm import (
     tma_gate_up,
     tma_gemm,
     tma_ok,
+    vendor_linear,
 )
 from .hopper import EPI_ACT, EPI_ACT_STORE_PRE
 from .launch import launch
@@ -76,13 +77,17 @@ def linear_rows(
     cfg: GemmConfig | TmaConfig | None = None, pre: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride. `pre` (training)
-    also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the tuning script measures candidates)."""
+    also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the tuning script measures candidates);
+    without it, rows the arch's table gives to cuBLAS (configs.cublas_linear) go there."""
     M, K = x2.shape
     N = w.shape[0]
     if M == 0 or N == 0:
         return out
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
+    if cfg is None and pre is None and cublas_linear(device_arch(x2), M, activation):
+        vendor_linear(x2, w, b, activation, out)
+        return out
     cfg = pick("linear", x2, M, N, cfg)
     if isinstance(cfg, TmaConfig) and tma_ok(x2, w, out, pre):
         epi = EPI_ACT if pre is None else EPI_ACT_STORE_PRE

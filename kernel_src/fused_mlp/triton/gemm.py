@@ -163,6 +163,21 @@ def ptr_linear(
     launch(LINEAR_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
 
+def vendor_linear(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor
+) -> None:
+    """out = act(x @ w^T + b) on cuBLAS for activation "none" or "relu" (configs.cublas_linear): one aten call,
+    with the bias + relu epilogue fused by cuBLASLt when there is a bias."""
+    if b is None:
+        torch.mm(x, w.t(), out=out)
+        if activation == "relu":
+            out.relu_()
+    elif activation == "relu":
+        torch._addmm_activation(b, x, w.t(), out=out)
+    else:
+        torch.addmm(b, x, w.t(), out=out)
+
+
 def ptr_gate_up(
     x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, act: int, h: torch.Tensor, cfg: GemmConfig
 ) -> None:
