@@ -41,15 +41,9 @@ class _Linear(Function):
         if ctx.activation != "none":
             dz = forward.activation_backward(dz, pre, ctx.activation)
         dx, (dw,), (db,) = backward.chain_grads(
-            dz,
-            [x2],
-            [],
-            [weight],
-            [ctx.has_bias],
-            "none",
-            forward.activation_backward,
-            ctx.needs_input_grad[0],
-        )
+            dz, [x2], [], [weight], [ctx.has_bias], "none", forward.activation_backward, ctx.needs_input_grad[0],
+            ctx.needs_input_grad[1:2],
+        )  # fmt: skip
         return (None if dx is None else dx.view(ctx.x_shape)), dw, db, None
 
 
@@ -78,7 +72,7 @@ class _Mlp(Function):
         pres = [next(kept) if has else None for has in ctx.pres]
         dx, dweights, dbiases = backward.chain_grads(
             forward.rows(grad), inputs, pres, weights, ctx.has_bias, ctx.activation, forward.activation_backward,
-            ctx.needs_input_grad[0],
+            ctx.needs_input_grad[0], ctx.needs_input_grad[3 : 3 + n],
         )  # fmt: skip
         return (None if dx is None else dx.view(ctx.x_shape)), None, None, *dweights, *dbiases
 

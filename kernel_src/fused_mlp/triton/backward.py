@@ -91,7 +91,8 @@ def chain_grads(
     grad: torch.Tensor, inputs: Sequence[torch.Tensor], pres: Sequence[torch.Tensor | None],
     weights: Sequence[torch.Tensor], has_bias: Sequence[bool], activation: str,
     act_grad: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor], need_dx: bool = True,
-) -> tuple[torch.Tensor | None, list[torch.Tensor], list[torch.Tensor | None]]:  # fmt: skip
+    need_dw: Sequence[bool] | None = None,
+) -> tuple[torch.Tensor | None, list[torch.Tensor | None], list[torch.Tensor | None]]:  # fmt: skip
     """(dx, dweights, dbiases) of the layer chain z_i = h_i @ W_i^T + b_i, h_{i+1} = act(z_i), no activation
     after the last layer, for the upstream gradient `grad` of the last z (all 2-D rows):
 
@@ -99,16 +100,18 @@ def chain_grads(
       derivative needs only the sign), unused for "none";
     - `act_grad(g, pre, activation)` = g * act'(pre): the direct kernel in eager training, the registered op
       in the compiled path (whose backward must consist of ops);
-    - dx is None when not `need_dx` (layer 0's dgrad GEMM is skipped).
+    - dx is None when not `need_dx` (layer 0's dgrad GEMM is skipped), dweights[i] when `need_dw[i]` is
+      False (a frozen weight: its GEMM is skipped).
     The GEMMs run on torch (cuBLAS): every backward role of the Hopper tables is None (configs.py).
     """
     n = len(weights)
-    dweights: list[torch.Tensor] = []
+    dweights: list[torch.Tensor | None] = [None] * n
     dbiases: list[torch.Tensor | None] = [None] * n
     g: torch.Tensor | None = grad
     for i in range(n - 1, -1, -1):
         dz = g if i == n - 1 or activation == "none" else act_grad(g, pres[i], activation)
-        dweights.insert(0, dz.t() @ inputs[i])
+        if need_dw is None or need_dw[i]:
+            dweights[i] = dz.t() @ inputs[i]
         dbiases[i] = dz.sum(0) if has_bias[i] else None
         g = dz @ weights[i] if i > 0 or need_dx else None
     return g, dweights, dbiases
