@@ -4,6 +4,9 @@ For each loaded kernel (harness.py): the public call, then the layers under it f
 (the backend's wrapper, the registered op through OpOverload, the raw C++ op entry), next to reference
 points on the same host: an empty Python call, one Python-level torch op (`torch.empty`, `x.new_empty`,
 `torch.relu`), and the call's GPU time. Host µs = CPU time to issue one call (harness.host_us).
+Then one training step of the same mlp (weights requiring grad): forward under autograd, forward + backward
+(`torch.autograd.grad`, so no gradient accumulation), for each kernel and for eager, next to the autograd
+engine's fixed cost (an identity autograd.Function) and, for the CUDA variant, its raw backward op alone.
 
     python bench/host_cost.py --variant-dir DIR=label ... [--json out.json]
 """
@@ -77,7 +80,63 @@ def breakdown(kernels: dict) -> dict[str, float]:
             }
             out.update(timings)
             print("  ".join(f"{k} {v:.2f}" for k, v in timings.items()), flush=True)
+    for name, fn in _training_pieces(kernels, x, ws, bs).items():
+        try:
+            out[name] = harness.host_us(fn, iters=50)
+        except Exception as exc:  # noqa: BLE001 - one failing piece must not lose the measured ones
+            out[name] = None
+            print(f"host {name:<66} failed: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        print(f"host {name:<66} {out[name]:7.2f} us", flush=True)
     return out
+
+
+class _Identity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _training_pieces(kernels: dict, x, ws, bs) -> dict:
+    """Host cost of one training step of the 3-layer mlp (M=16): where a small-batch training step's CPU
+    time goes (the 32-layer model's training rows are host-bound)."""
+    import fused_mlp.reference as ref
+
+    params = [t.detach().requires_grad_() for t in (*ws, *bs)]
+    pw, pb = params[:3], params[3:]
+    xt = x.detach().requires_grad_()
+    g = torch.randn(x.shape[0], ws[-1].shape[0], device=x.device, dtype=x.dtype)
+
+    def step(fn):
+        return lambda: torch.autograd.grad(fn(), [xt, *params], g)
+
+    pieces = {
+        "train: autograd engine, identity Function fwd+bwd": lambda: torch.autograd.grad(
+            _Identity.apply(xt), [xt], x
+        ),
+        "train: eager mlp forward (grad enabled)": lambda: ref.mlp(xt, pw, pb, "relu"),
+        "train: eager mlp forward + backward": step(lambda: ref.mlp(xt, pw, pb, "relu")),
+    }
+    for label, m in kernels.items():
+        pieces[f"train: {label}: mlp forward (grad enabled)"] = lambda m=m: m.mlp(xt, pw, pb, "relu")
+        pieces[f"train: {label}: mlp forward + backward"] = step(lambda m=m: m.mlp(xt, pw, pb, "relu"))
+        if getattr(m, "BACKEND", None) == "cuda":
+            ns = getattr(torch.ops, m.OPS_NAMESPACE)
+            try:
+                with torch.no_grad():
+                    outs = ns.cuda_mlp_train.default._op(x, ws, bs, "relu")
+            except Exception as exc:  # noqa: BLE001 - report, keep the other pieces
+                print(f"host {label}: raw backward op not measured: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            bwd = ns.cuda_mlp_backward.default._op
+            pieces[f"train: {label}: raw backward op alone"] = lambda bwd=bwd, outs=outs: bwd(
+                g, [], x, ws, bs, outs, "relu"
+            )
+    return pieces
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Print (and write as summary.md) the tables of one benchmark run from its JSON files in a folder:
 host.json (host_cost.py), paths.json (bench_paths.py), ops.json (bench_ops.py), model.json (bench_model.py),
-tests.log (pytest). Missing files are skipped.
+tests.log (pytest), then the goals of #9 and #15 checked against them (goals.py). Missing files are skipped.
 
     python bench/summary.py OUT_DIR
 """
@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def summarize(folder: Path) -> str:
     import bench_model
     import bench_ops
+    import goals
 
     parts = []
     env = None
@@ -73,6 +74,8 @@ def summarize(folder: Path) -> str:
         parts.append(
             f"model, {model['layers']} layers, µs per forward\n" + bench_model.table(model["results"])
         )
+    if any((folder / n).is_file() for n in ("ops.json", "model.json", "host.json")):
+        parts.append(goals.goals_table(folder))
     return "\n\n".join(parts)
 
 
