@@ -23,9 +23,7 @@ from . import backward, forward
 class _Linear(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, activation):
-        check_activation(activation)
-        forward.check_tensors("linear", x=x, weight=weight, bias=bias)
-        forward.check_linear_shapes("linear", x.shape[-1], weight, bias)
+        forward.check_linear(x, weight, bias, activation)
         x2 = forward.rows(x)
         out = x2.new_empty((x2.shape[0], weight.shape[0]))
         pre = forward.linear_rows_train(x2, forward.unit_stride(weight), bias, activation, out)
@@ -37,12 +35,9 @@ class _Linear(Function):
     @once_differentiable
     def backward(ctx, grad):
         x2, weight, pre = ctx.saved_tensors
-        dz = forward.rows(grad)
-        if ctx.activation != "none":
-            dz = forward.activation_backward(dz, pre, ctx.activation)
-        dx, (dw,), (db,) = backward.chain_grads(
-            dz, [x2], [], [weight], [ctx.has_bias], "none", forward.activation_backward, ctx.needs_input_grad[0],
-            ctx.needs_input_grad[1:2],
+        dx, dw, db = backward.linear_grads(
+            forward.rows(grad), x2, weight, ctx.has_bias, pre, ctx.activation, forward.activation_backward,
+            *ctx.needs_input_grad[:2],
         )  # fmt: skip
         return (None if dx is None else dx.view(ctx.x_shape)), dw, db, None
 
@@ -60,16 +55,18 @@ class _Mlp(Function):
         inputs, pres = forward.mlp_rows_train(x2, weights, biases, activation, out)
         ctx.activation, ctx.x_shape, ctx.n = activation, x.shape, n
         ctx.has_bias = [b is not None for b in biases]
-        ctx.pres = [p is not None for p in pres]  # which saved slots hold a tensor ("none" keeps none)
-        ctx.save_for_backward(*weights, *inputs, *(p for p in pres if p is not None))
+        ctx.save_for_backward(*weights, *inputs, *(p for p in pres if p is not None))  # "none" keeps none
         return out.view(*x.shape[:-1], weights[-1].shape[0])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         saved, n = ctx.saved_tensors, ctx.n
-        weights, inputs, kept = saved[:n], saved[n : 2 * n], iter(saved[2 * n :])
-        pres = [next(kept) if has else None for has in ctx.pres]
+        weights, inputs, pres = (
+            saved[:n],
+            saved[n : 2 * n],
+            saved[2 * n :],
+        )  # chain_grads reads no pres for "none"
         dx, dweights, dbiases = backward.chain_grads(
             forward.rows(grad), inputs, pres, weights, ctx.has_bias, ctx.activation, forward.activation_backward,
             ctx.needs_input_grad[0], ctx.needs_input_grad[3 : 3 + n],

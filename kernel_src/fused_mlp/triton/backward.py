@@ -100,8 +100,8 @@ def chain_grads(
       derivative needs only the sign), unused for "none";
     - `act_grad(g, pre, activation)` = g * act'(pre): the direct kernel in eager training, the registered op
       in the compiled path (whose backward must consist of ops);
-    - dx is None when not `need_dx` (layer 0's dgrad GEMM is skipped), dweights[i] when `need_dw[i]` is
-      False (a frozen weight: its GEMM is skipped).
+    - dx is None when not `need_dx` (layer 0's dgrad GEMM is skipped), and dweights[i] is None when
+      `need_dw[i]` is False (a frozen weight: its GEMM is skipped).
     The GEMMs run on torch (cuBLAS): every backward role of the Hopper tables is None (configs.py).
     """
     n = len(weights)
@@ -115,3 +115,15 @@ def chain_grads(
         dbiases[i] = dz.sum(0) if has_bias[i] else None
         g = dz @ weights[i] if i > 0 or need_dx else None
     return g, dweights, dbiases
+
+
+def linear_grads(
+    grad: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, has_bias: bool, pre: torch.Tensor | None,
+    activation: str, act_grad: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor], need_dx: bool = True,
+    need_dw: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+    """(dx, dw, db) of out = act(x2 @ W^T + b) for upstream `grad` (2-D rows): act' on the output first (`pre`:
+    what act' reads, unused for "none"), then chain_grads of the one layer."""
+    dz = grad if activation == "none" else act_grad(grad, pre, activation)
+    dx, (dw,), (db,) = chain_grads(dz, [x2], [], [weight], [has_bias], "none", act_grad, need_dx, [need_dw])
+    return dx, dw, db

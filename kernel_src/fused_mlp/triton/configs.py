@@ -177,10 +177,16 @@ def alternatives(cfg: TmaConfig | tuple[TmaConfig, ...] | None) -> tuple[TmaConf
     return () if cfg is None else cfg if isinstance(cfg, tuple) else (cfg,)
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code: triton.cdiv is a constexpr_function whose Python wrapper costs more than
+    the division, several times per launch on the fallback's host-bound path."""
+    return -(-a // b)
+
+
 def wave_fill(cfg: TmaConfig, rows: int, cols: int, sms: int) -> float:
     """Share of the SMs busy over the waves a persistent grid needs for a rows x cols output."""
-    tiles = -(-rows // cfg.BM) * -(-cols // cfg.BN)
-    return tiles / (-(-tiles // sms) * sms)
+    tiles = cdiv(rows, cfg.BM) * cdiv(cols, cfg.BN)
+    return tiles / (cdiv(tiles, sms) * sms)
 
 
 def tma_config(

@@ -186,13 +186,13 @@ def _backward_linear(ctx, grad):
     """The activation's derivative (relu reads the output, the others recompute the pre-activation), then
     the one-layer chain."""
     x, weight, bias, out = ctx.saved_tensors
-    dz = _flat(grad)
-    if ctx.activation != "none":
-        pre = out if ctx.activation == "relu" else linear(x, weight, bias, "none")
-        dz = activation_backward(dz, _flat(pre), ctx.activation)
-    dx, (dw,), (db,) = backward.chain_grads(
-        dz, [_flat(x)], [], [weight], [bias is not None], "none", activation_backward, ctx.needs_input_grad[0]
-    )
+    pre = (
+        out if ctx.activation in ("none", "relu") else linear(x, weight, bias, "none")
+    )  # out: None for "none"
+    dx, dw, db = backward.linear_grads(
+        _flat(grad), _flat(x), weight, bias is not None, None if pre is None else _flat(pre), ctx.activation,
+        activation_backward, ctx.needs_input_grad[0],
+    )  # fmt: skip
     return (None if dx is None else dx.view(x.shape)), dw, db, None
 
 

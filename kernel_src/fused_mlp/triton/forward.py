@@ -13,10 +13,9 @@ import torch
 from ..reference import apply_activation, check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
-from .configs import GemmConfig, TmaConfig, cublas_linear, elementwise_config
+from .configs import GemmConfig, TmaConfig, cdiv, cublas_linear, elementwise_config
 from .gemm import (
     INTERPRET,
-    cdiv,
     device_arch,
     gate_up_fits,
     pick,
@@ -117,11 +116,16 @@ def linear_rows_train(
     return pre
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
-    """act(x @ weight.T + bias) for any leading batch dims."""
+def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> None:
+    """The `linear` op's arguments: a known activation, one dtype and device, matching shapes."""
     check_activation(activation)
     check_tensors("linear", x=x, weight=weight, bias=bias)
     check_linear_shapes("linear", x.shape[-1], weight, bias)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
+    """act(x @ weight.T + bias) for any leading batch dims."""
+    check_linear(x, weight, bias, activation)
     x2 = rows(x)
     out = torch.empty((x2.shape[0], weight.shape[0]), device=x.device, dtype=x.dtype)
     linear_rows(x2, unit_stride(weight), bias, activation, out)

@@ -18,6 +18,7 @@ from .configs import (
     GemmConfig,
     TmaConfig,
     arch_of,
+    cdiv,
     gemm_config,
     tma_config,
     uses_pdl,
@@ -35,12 +36,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # CPU tensors run on the 
 _INTERPRETER_PROGRAMS = 4
 _ARCHS: dict[int, str] = {}
 _SMS: dict[int, int] = {}
-
-
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for host code: triton.cdiv is a constexpr_function whose Python wrapper costs more than
-    the division, several times per launch on the fallback's host-bound path."""
-    return -(-a // b)
 
 
 def _index(t: torch.Tensor) -> int:
