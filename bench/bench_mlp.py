@@ -6,7 +6,7 @@ being developed. Implementations: eager PyTorch, cuBLASLt epilogue (`torch._addm
 a CUDA graph, torch.compile (default; max-autotune with --max-autotune), Liger-Kernel (when importable), and
 ours (the Triton backend's ops, launched from Python, and inside a user-captured CUDA graph).
 Reports µs per forward in a stream of async calls (what a host loop gets), GPU µs per forward (replay of
-a captured graph of 20 forwards), % of the floor = max(FLOPs / 788 TFLOP/s, bytes / 4.25 TB/s) and GPU
+a captured graph of 20 forwards), % of the floor = max(FLOPs / peak, bytes / bandwidth) of the card (harness.peaks) and GPU
 kernels per forward; writes everything as JSON.
 
     python bench/bench_mlp.py --out bench.json [--dtypes bf16,fp16] [--max-autotune] [--tune]
@@ -32,13 +32,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fused_mlp
+import harness
 from fused_mlp import reference as ref
 from fused_mlp.triton import ops as triton_ops  # "ours" = the Triton backend, whichever one fused_mlp picked
 
-PEAK_FLOPS = 788e12  # bf16 dense matmul measured on the H200 (KINDS.md)
-PEAK_BYTES = 4.25e12  # device-to-device copy measured on the H200
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -63,7 +63,8 @@ class Workload:
 
     def floor_us(self, elem: int) -> float:
         flops, nbytes = self.flops_bytes(elem)
-        return max(flops / PEAK_FLOPS, nbytes / PEAK_BYTES) * 1e6
+        peak_flops, peak_bytes = harness.peaks()
+        return max(flops / peak_flops, nbytes / peak_bytes) * 1e6
 
 
 WORKLOADS = (

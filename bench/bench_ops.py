@@ -4,7 +4,7 @@ Implementations: ours (each loaded kernel, e.g. the stable-ABI CUDA variant and 
 variant, as `get_kernel` or a built variant dir gives them; see harness.py), eager PyTorch, eager inside a
 CUDA graph, cuBLASLt epilogues (`torch._addmm_activation`), torch.compile (default; max-autotune only on
 the rows in MAX_AUTOTUNE_ROWS: it autotunes every GEMM for minutes), Liger (when importable), and the
-floor = max(FLOPs / 788 TFLOP/s, bytes / 4.25 TB/s). Each row: wall µs per call in a stream of calls and
+floor = max(FLOPs / peak, bytes / bandwidth) of the card (harness.peaks: H200 788 TFLOP/s, 4.25 TB/s; H100 798, 3.0). Each row: wall µs per call in a stream of calls and
 GPU µs per call replayed in a graph (medians of interleaved rounds), and the relative error against float64.
 `cublas_gemms_only` (the workload's GEMMs alone, by cuBLAS) is the reference of the %-of-cuBLAS column.
 
@@ -42,9 +42,10 @@ MAX_AUTOTUNE_ROWS = ("gated GeGLU-tanh H=768 I=3072 M=8192",)
 
 
 def floor_us(w: Workload, elem: int) -> float:
-    """max(FLOPs / peak FLOP/s, bytes / peak bandwidth) of the H200 in µs."""
+    """max(FLOPs / peak FLOP/s, bytes / peak bandwidth) of this GPU in µs (harness.peaks)."""
     flops, nbytes = w.flops_bytes(elem)
-    return max(flops / harness.PEAK_FLOPS, nbytes / harness.PEAK_BYTES) * 1e6
+    peak_flops, peak_bytes = harness.peaks()
+    return max(flops / peak_flops, nbytes / peak_bytes) * 1e6
 
 
 def eager_forward(w: Workload, a: dict) -> torch.Tensor:

@@ -27,9 +27,16 @@ from types import ModuleType
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Ceilings measured on the H200 (KINDS.md): bf16 dense matmul and device-to-device copy.
-PEAK_FLOPS = 788e12
-PEAK_BYTES = 4.25e12
+# Ceilings measured on the lent cards (the device tool's KINDS.md): bf16 dense 8192^3 matmul on random data and
+# a device-to-device copy (bytes read + written). The device tool lends an H100 or an H200 for the same call, so
+# a row's floor must be the card's own: an H200 floor on an H100 reads as 70% where the card is at its limit.
+PEAKS = {"H200": (788e12, 4.25e12), "H100": (798e12, 3.0e12)}
+
+
+def peaks(gpu: str | None = None) -> tuple[float, float]:
+    """(FLOP/s, bytes/s) ceilings of this GPU (or the one named); the H200's where the card is not listed."""
+    name = gpu if gpu is not None else torch.cuda.get_device_name()
+    return next((v for k, v in PEAKS.items() if k in name), PEAKS["H200"])
 
 
 def add_loading_args(parser: argparse.ArgumentParser) -> None:

@@ -104,8 +104,9 @@ class _Identity(torch.autograd.Function):
 def _training_pieces(kernels: dict, x, ws, bs) -> dict:
     """Host cost of one training step of the 3-layer mlp (M=16): where a small-batch training step's CPU
     time goes (the 32-layer model's training rows are host-bound)."""
-    import fused_mlp.reference as ref
-
+    # The loaded package's own eager reference: `fused_mlp` is not importable by that name where the kernel
+    # came from a hub or a variant dir (what users load).
+    ref = next(iter(kernels.values())).reference
     params = [t.detach().requires_grad_() for t in (*ws, *bs)]
     pw, pb = params[:3], params[3:]
     xt = x.detach().requires_grad_()
