@@ -71,6 +71,21 @@ def test_relu_mlp_forward_backward_on_the_cublas_rows(as_sm90, dtype, has_bias):
             assert_close(got, want, dtype, f"mlp grad of input {i}")
 
 
+@pytest.mark.parametrize("has_bias", (True, False))
+def test_relu_mlp_inference_on_the_cublas_rows_returns_cublas_own_outputs(as_sm90, has_bias):
+    """No grad: the direct path, where cuBLAS's calls allocate each layer's output (no `out=`)."""
+    x = randn(3, 5, 64, dtype=torch.float32)
+    ws = [randn(*shape, dtype=torch.float32, scale=0.15) for shape in ((48, 64), (40, 48), (24, 40))]
+    bs = [randn(48, dtype=torch.float32), None, randn(24, dtype=torch.float32)] if has_bias else None
+    with torch.no_grad():
+        out = fused_mlp.mlp(x, ws, bs, "relu")
+    assert as_sm90 == [], f"the cuBLAS rows launched Triton GEMMs: {as_sm90}"
+    assert out.shape == (3, 5, 24) and out.data_ptr() != x.data_ptr()
+    x64, *w64 = as64(x, *ws)
+    b64 = [None if b is None else b.double() for b in bs] if has_bias else None
+    assert_close(out, ref.mlp(x64, w64, b64, "relu"), torch.float32, "mlp inference on the cuBLAS rows")
+
+
 def test_one_row_and_fused_activations_keep_the_triton_kernels(as_sm90):
     w = randn(48, 64, dtype=torch.float32, scale=0.15)
     fused_mlp.linear(randn(1, 64, dtype=torch.float32), w, None, "relu")

@@ -25,8 +25,7 @@ class _Linear(Function):
     def forward(ctx, x, weight, bias, activation):
         forward.check_linear(x, weight, bias, activation)
         x2 = forward.rows(x)
-        out = x2.new_empty((x2.shape[0], weight.shape[0]))
-        pre = forward.linear_rows_train(x2, forward.unit_stride(weight), bias, activation, out)
+        out, pre = forward.linear_rows_train(x2, forward.unit_stride(weight), bias, activation)
         ctx.activation, ctx.x_shape, ctx.has_bias = activation, x.shape, bias is not None
         ctx.save_for_backward(x2, weight, pre)
         return out.view(*x.shape[:-1], weight.shape[0])
@@ -50,9 +49,7 @@ class _Mlp(Function):
         check_activation(activation)
         weights, biases = params[:n], params[n:]
         forward.check_mlp(x, weights, biases)
-        x2 = forward.rows(x)
-        out = x2.new_empty((x2.shape[0], weights[-1].shape[0]))
-        inputs, pres = forward.mlp_rows_train(x2, weights, biases, activation, out)
+        out, inputs, pres = forward.mlp_rows_train(forward.rows(x), weights, biases, activation)
         ctx.activation, ctx.x_shape, ctx.n = activation, x.shape, n
         ctx.has_bias = [b is not None for b in biases]
         ctx.save_for_backward(*weights, *inputs, *(p for p in pres if p is not None))  # "none" keeps none
@@ -80,8 +77,7 @@ class _Gated(Function):
         check_activation(activation)
         forward.check_gated(x, w_gate, w_up, w_down)
         x2 = forward.rows(x)
-        out = x2.new_empty((x2.shape[0], w_down.shape[0]))
-        h, gu = forward.gated_rows_train(x2, w_gate, w_up, w_down, activation, out)
+        out, h, gu = forward.gated_rows_train(x2, w_gate, w_up, w_down, activation)
         ctx.activation, ctx.x_shape = activation, x.shape
         ctx.save_for_backward(x2, w_gate, w_up, w_down, h, gu)
         return out.view(*x.shape[:-1], w_down.shape[0])

@@ -64,18 +64,14 @@ def mlp(
     """The layer chain; `biases` holds the present biases, `bias_layers` the layers they belong to."""
     all_biases = _join_biases(len(weights), biases, bias_layers)
     forward.check_mlp(x, weights, all_biases)
-    x2 = forward.rows(x)
-    out = torch.empty((x2.shape[0], weights[-1].shape[0]), device=x.device, dtype=x.dtype)
-    forward.mlp_rows(x2, weights, all_biases, activation, out)
+    out = forward.mlp_rows(forward.rows(x), weights, all_biases, activation)
     return out.view(*x.shape[:-1], weights[-1].shape[0])
 
 
 @_custom_op("triton_gated_mlp")
 def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, activation: str) -> Tensor:
     forward.check_gated(x, w_gate, w_up, w_down)
-    x2 = forward.rows(x)
-    out = torch.empty((x2.shape[0], w_down.shape[0]), device=x.device, dtype=x.dtype)
-    forward.gated_rows(x2, w_gate, w_up, w_down, activation, out)
+    out = forward.gated_rows(forward.rows(x), w_gate, w_up, w_down, activation)
     return out.view(*x.shape[:-1], w_down.shape[0])
 
 
@@ -85,9 +81,7 @@ def gated_mlp_train(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(y, h [M, I], gu = (g, u) [2, M, I]): the gated forward that keeps what backward needs."""
     forward.check_gated(x, w_gate, w_up, w_down)
-    x2 = forward.rows(x)
-    out = torch.empty((x2.shape[0], w_down.shape[0]), device=x.device, dtype=x.dtype)
-    h, gu = forward.gated_rows_train(x2, w_gate, w_up, w_down, activation, out)
+    out, h, gu = forward.gated_rows_train(forward.rows(x), w_gate, w_up, w_down, activation)
     return out.view(*x.shape[:-1], w_down.shape[0]), h, gu
 
 

@@ -72,21 +72,30 @@ def check_linear_shapes(op: str, in_features: int, weight: torch.Tensor, bias: t
 
 
 def linear_rows(
-    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor,
+    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor | None = None,
     cfg: GemmConfig | TmaConfig | None = None, pre: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride. `pre` (training)
-    also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the tuning script measures candidates);
-    without it, rows the arch's table gives to cuBLAS (configs.cublas_linear) go there."""
+    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride; returns out (a new
+    tensor when None). `pre` (training) also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the
+    tuning script measures candidates); without it, rows the arch's table gives to cuBLAS
+    (configs.cublas_linear) go there."""
     M, K = x2.shape
     N = w.shape[0]
+    if (
+        cfg is None
+        and pre is None
+        and M > 0
+        and N > 0
+        and K > 0
+        and cublas_linear(device_arch(x2), M, activation)
+    ):
+        return vendor_linear(x2, w, b, activation, out)
+    if out is None:
+        out = x2.new_empty((M, N))
     if M == 0 or N == 0:
         return out
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
-    if cfg is None and pre is None and cublas_linear(device_arch(x2), M, activation):
-        vendor_linear(x2, w, b, activation, out)
-        return out
     cfg = pick("linear", x2, M, N, cfg)
     if isinstance(cfg, TmaConfig) and tma_ok(x2, w, out, pre):
         epi = EPI_ACT if pre is None else EPI_ACT_STORE_PRE
@@ -103,17 +112,23 @@ def linear_rows(
 
 
 def linear_rows_train(
-    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor
-) -> torch.Tensor | None:
-    """linear_rows that also returns what the activation's derivative reads in backward: nothing for
+    x2: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    activation: str,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """linear_rows that also returns what the activation's derivative reads in backward: (out, nothing for
     "none", the output for relu (only its sign matters), else the pre-activation (the same launch stores it
-    on Hopper)."""
+    on Hopper))."""
     if activation in ("none", "relu"):
-        linear_rows(x2, w, b, activation, out)
-        return None if activation == "none" else out
+        out = linear_rows(x2, w, b, activation, out)
+        return out, (None if activation == "none" else out)
+    if out is None:
+        out = x2.new_empty((x2.shape[0], w.shape[0]))
     pre = torch.empty_like(out)
     linear_rows(x2, w, b, activation, out, pre=pre)
-    return pre
+    return out, pre
 
 
 def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> None:
@@ -126,9 +141,7 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """act(x @ weight.T + bias) for any leading batch dims."""
     check_linear(x, weight, bias, activation)
-    x2 = rows(x)
-    out = torch.empty((x2.shape[0], weight.shape[0]), device=x.device, dtype=x.dtype)
-    linear_rows(x2, unit_stride(weight), bias, activation, out)
+    out = linear_rows(rows(x), unit_stride(weight), bias, activation)
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
@@ -137,42 +150,51 @@ def check_mlp(
 ) -> None:
     if len(weights) == 0:
         raise ValueError("mlp needs at least one weight")
+    check_tensors("mlp", x=x)
+    dtype, device = x.dtype, x.device
     features = x.shape[-1]
     for i, (w, b) in enumerate(zip(weights, biases)):
-        check_tensors(f"mlp layer {i}", x=x, weight=w, bias=b)
-        check_linear_shapes(f"mlp layer {i}", features, w, b)
+        # One comparison per tensor on the small-batch, host-bound path; check_tensors words the error.
+        if (
+            w.dtype != dtype
+            or w.device != device
+            or b is not None
+            and (b.dtype != dtype or b.device != device)
+        ):
+            check_tensors(f"mlp layer {i}", x=x, weight=w, bias=b)
+        if w.dim() != 2 or w.shape[1] != features or b is not None and b.shape != (w.shape[0],):
+            check_linear_shapes(f"mlp layer {i}", features, w, b)
         features = w.shape[0]
 
 
 def mlp_rows(
     x2: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None], activation: str,
-    out: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """The layer chain on 2-D rows, the last layer writing into `out`; one GEMM launch per layer."""
+    """The layer chain on 2-D rows, the last layer writing into `out` (a new tensor when None; returned);
+    one GEMM launch per layer."""
     h = x2
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases)):
-        dst = out if i == last else torch.empty((x2.shape[0], w.shape[0]), device=x2.device, dtype=x2.dtype)
-        h = linear_rows(h, unit_stride(w), b, activation if i < last else "none", dst)
-    return out
+        h = linear_rows(h, unit_stride(w), b, activation if i < last else "none", out if i == last else None)
+    return h
 
 
 def mlp_rows_train(
     x2: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None], activation: str,
-    out: torch.Tensor,
-) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:  # fmt: skip
-    """mlp_rows that keeps what backward.chain_grads reads: (every layer's input, x2 first; per hidden
-    layer what act' reads, as linear_rows_train returns it)."""
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:  # fmt: skip
+    """mlp_rows that keeps what backward.chain_grads reads: (the output, every layer's input, x2 first; per
+    hidden layer what act' reads, as linear_rows_train returns it)."""
     inputs, pres = [x2], []
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases)):
         if i == last:
-            linear_rows(inputs[-1], unit_stride(w), b, "none", out)
-        else:
-            dst = torch.empty((x2.shape[0], w.shape[0]), device=x2.device, dtype=x2.dtype)
-            pres.append(linear_rows_train(inputs[-1], unit_stride(w), b, activation, dst))
-            inputs.append(dst)
-    return inputs, pres
+            return linear_rows(inputs[-1], unit_stride(w), b, "none", out), inputs, pres
+        h, pre = linear_rows_train(inputs[-1], unit_stride(w), b, activation)
+        pres.append(pre)
+        inputs.append(h)
+    raise ValueError("mlp needs at least one weight")
 
 
 def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:
@@ -214,9 +236,10 @@ def gate_up_rows(
 
 def gated_rows(
     x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, activation: str,
-    out: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """down(act(gate(x2)) * up(x2)) into `out`: the gated GEMM, then the down GEMM."""
+    """down(act(gate(x2)) * up(x2)) into `out` (a new tensor when None; returned): the gated GEMM, then the
+    down GEMM."""
     h = torch.empty((x2.shape[0], w_gate.shape[0]), device=x2.device, dtype=x2.dtype)
     gate_up_rows(x2, unit_stride(w_gate), unit_stride(w_up), activation, h)
     return linear_rows(h, unit_stride(w_down), None, "none", out)
@@ -224,15 +247,15 @@ def gated_rows(
 
 def gated_rows_train(
     x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, activation: str,
-    out: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """gated_rows that also returns what backward needs: (h = act(g) * u [M, I], gu = (g, u) [2, M, I])."""
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """gated_rows that also returns what backward needs: (the output, h = act(g) * u [M, I], gu = (g, u)
+    [2, M, I])."""
     M, N = x2.shape[0], w_gate.shape[0]
-    h = torch.empty((M, N), device=x2.device, dtype=x2.dtype)
-    gu = torch.empty((2, M, N), device=x2.device, dtype=x2.dtype)
+    h = x2.new_empty((M, N))
+    gu = x2.new_empty((2, M, N))
     gate_up_rows(x2, unit_stride(w_gate), unit_stride(w_up), activation, h, gu=gu)
-    linear_rows(h, unit_stride(w_down), None, "none", out)
-    return h, gu
+    return linear_rows(h, unit_stride(w_down), None, "none", out), h, gu
 
 
 def _elementwise(

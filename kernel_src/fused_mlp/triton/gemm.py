@@ -159,18 +159,18 @@ def ptr_linear(
 
 
 def vendor_linear(
-    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor
-) -> None:
-    """out = act(x @ w^T + b) on cuBLAS for activation "none" or "relu" (configs.cublas_linear): one aten call,
-    with the bias + relu epilogue fused by cuBLASLt when there is a bias."""
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """act(x @ w^T + b) on cuBLAS for activation "none" or "relu" (configs.cublas_linear): one aten call,
+    with the bias + relu epilogue fused by cuBLASLt when there is a bias. Without `out`, cuBLAS's call
+    allocates the result (an `out=` call costs an allocation of ours plus its own output checks)."""
+    o = {} if out is None else {"out": out}
     if b is None:
-        torch.mm(x, w.t(), out=out)
-        if activation == "relu":
-            out.relu_()
-    elif activation == "relu":
-        torch._addmm_activation(b, x, w.t(), out=out)
-    else:
-        torch.addmm(b, x, w.t(), out=out)
+        y = torch.mm(x, w.t(), **o)
+        return y.relu_() if activation == "relu" else y
+    if activation == "relu":
+        return torch._addmm_activation(b, x, w.t(), **o)
+    return torch.addmm(b, x, w.t(), **o)
 
 
 def ptr_gate_up(

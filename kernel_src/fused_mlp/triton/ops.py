@@ -51,9 +51,8 @@ def mlp(
         return autograd.mlp(x, weights, biases, activation)
     check_activation(activation)
     forward.check_mlp(x, weights, biases)
-    out = x.new_empty((*x.shape[:-1], weights[-1].shape[0]))
-    forward.mlp_rows(forward.rows(x), weights, biases, activation, out.view(-1, out.shape[-1]))
-    return out
+    out = forward.mlp_rows(forward.rows(x), weights, biases, activation)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def gated_mlp(
@@ -69,9 +68,8 @@ def gated_mlp(
         return autograd.gated_mlp(x, w_gate, w_up, w_down, activation)
     check_activation(activation)
     forward.check_gated(x, w_gate, w_up, w_down)
-    out = x.new_empty((*x.shape[:-1], w_down.shape[0]))
-    forward.gated_rows(forward.rows(x), w_gate, w_up, w_down, activation, out.view(-1, out.shape[-1]))
-    return out
+    out = forward.gated_rows(forward.rows(x), w_gate, w_up, w_down, activation)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
