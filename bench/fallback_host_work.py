@@ -8,7 +8,11 @@ kernel execution. What remains is argument checks, config lookups, allocations, 
 the torch matmuls of backward (real CPU work at `--dim`, kept small so it stays minor). Compare runs of this
 script on two commits on one machine; absolute µs depend on the host.
 
-    TRITON_INTERPRET=1 PYTHONPATH=kernel_src python bench/fallback_host_work.py [--json out.json]
+    TRITON_INTERPRET=1 PYTHONPATH=kernel_src python bench/fallback_host_work.py [--cublas-rows] [--json out.json]
+
+--cublas-rows: the tensors report sm_90a, whose table (configs.CUBLAS_LINEAR_ABOVE) gives relu/none GEMMs above one
+row to cuBLAS, and each such cuBLAS call is counted too (it returns an unwritten tensor of the result's shape):
+the Python around the H100/H200's small-batch relu mlp and gated down projection.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=32, help="hidden size (small: the CPU matmuls stay minor)")
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--cublas-rows", action="store_true", help="take sm_90a's cuBLAS rows (calls counted)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -44,6 +51,14 @@ def main() -> None:
         launches[0] += 1
 
     forward.launch = gemm.launch = counted  # every kernel launch of the backend goes through these two names
+    if args.cublas_rows:
+
+        def vendor(x, w, b, activation, out=None):
+            launches[0] += 1
+            return out if out is not None else x.new_empty((x.shape[0], w.shape[0]))
+
+        forward.device_arch = gemm.device_arch = lambda t: "sm_90a"
+        forward.vendor_linear = vendor
 
     dt, d, n = getattr(torch, args.dtype), args.dim, args.layers
     torch.manual_seed(0)
