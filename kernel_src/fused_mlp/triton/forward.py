@@ -240,7 +240,7 @@ def gated_rows(
 ) -> torch.Tensor:  # fmt: skip
     """down(act(gate(x2)) * up(x2)) into `out` (a new tensor when None; returned): the gated GEMM, then the
     down GEMM."""
-    h = torch.empty((x2.shape[0], w_gate.shape[0]), device=x2.device, dtype=x2.dtype)
+    h = x2.new_empty((x2.shape[0], w_gate.shape[0]))
     gate_up_rows(x2, unit_stride(w_gate), unit_stride(w_up), activation, h)
     return linear_rows(h, unit_stride(w_down), None, "none", out)
 
