@@ -179,3 +179,35 @@ def test_mismatched_dtypes_are_rejected_with_both_named():
 def test_wrong_weight_shape_is_rejected():
     with pytest.raises(ValueError, match=r"weight has shape \(8, 5\)"):
         fused_mlp.linear(torch.randn(4, 8), torch.randn(8, 5))
+
+
+@pytest.mark.parametrize(
+    ("weights", "biases", "error", "message"),
+    [
+        (
+            [(6, 8), (5, 6)],
+            [None, torch.zeros(5, dtype=torch.float16)],
+            TypeError,
+            r"mlp layer 1: bias is torch.float16",
+        ),
+        (
+            [(6, 8), (5, 7)],
+            None,
+            ValueError,
+            r"mlp layer 1: weight has shape \(5, 7\) but the input has 6 features",
+        ),
+        (
+            [(6, 8), (5, 6)],
+            [torch.zeros(6), torch.zeros(4)],
+            ValueError,
+            r"mlp layer 1: bias has shape \(4,\), expected \(5,\)",
+        ),
+        ([(6, 8), (6,)], None, ValueError, r"mlp layer 1: weight has shape \(6,\)"),
+    ],
+)
+def test_mlp_names_the_layer_and_tensor_that_does_not_fit(weights, biases, error, message):
+    """check_mlp compares each tensor once on the fast path and words the error through check_tensors /
+    check_linear_shapes only when something differs: the message still names the layer and the tensor."""
+    ws = [torch.randn(*shape) for shape in weights]
+    with pytest.raises(error, match=message):
+        fused_mlp.mlp(torch.randn(3, 8), ws, biases, "relu")
