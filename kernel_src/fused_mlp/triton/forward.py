@@ -81,21 +81,14 @@ def linear_rows(
     (configs.cublas_linear) go there."""
     M, K = x2.shape
     N = w.shape[0]
-    if (
-        cfg is None
-        and pre is None
-        and M > 0
-        and N > 0
-        and K > 0
-        and cublas_linear(device_arch(x2), M, activation)
-    ):
+    if M == 0 or N == 0:
+        return out if out is not None else x2.new_empty((M, N))
+    if K == 0:
+        raise ValueError("linear: in_features is 0; nothing to multiply")
+    if cfg is None and pre is None and cublas_linear(device_arch(x2), M, activation):
         return vendor_linear(x2, w, b, activation, out)
     if out is None:
         out = x2.new_empty((M, N))
-    if M == 0 or N == 0:
-        return out
-    if K == 0:
-        raise ValueError("linear: in_features is 0; nothing to multiply")
     cfg = pick("linear", x2, M, N, cfg)
     if isinstance(cfg, TmaConfig) and tma_ok(x2, w, out, pre):
         epi = EPI_ACT if pre is None else EPI_ACT_STORE_PRE
@@ -187,14 +180,11 @@ def mlp_rows_train(
     """mlp_rows that keeps what backward.chain_grads reads: (the output, every layer's input, x2 first; per
     hidden layer what act' reads, as linear_rows_train returns it)."""
     inputs, pres = [x2], []
-    last = len(weights) - 1
-    for i, (w, b) in enumerate(zip(weights, biases)):
-        if i == last:
-            return linear_rows(inputs[-1], unit_stride(w), b, "none", out), inputs, pres
+    for w, b in zip(weights[:-1], biases[:-1]):
         h, pre = linear_rows_train(inputs[-1], unit_stride(w), b, activation)
         pres.append(pre)
         inputs.append(h)
-    raise ValueError("mlp needs at least one weight")
+    return linear_rows(inputs[-1], unit_stride(weights[-1]), biases[-1], "none", out), inputs, pres
 
 
 def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:
