@@ -295,7 +295,7 @@ ChainKernel chain_kernel_on(bool bf16, int m_tiles, int device) {
   return {stubs[which], f};
 }
 
-bool aligned16(const void* p) { return p == nullptr || alignment_of(p) == 16; }
+bool aligned16(const void* p) { return p == nullptr || alignment_of(p) >= 16; }
 
 // Tiles one program takes per layer at most (chain_kernel's TG): 4 at <= 16 rows, 2 at <= 32, 1 at <= 64.
 int tiles_per_program(int m_tiles) { return 4 / m_tiles; }
@@ -326,7 +326,7 @@ ChainPlan plan_chain(const Ctx& c, long long m, const ChainLayer* layers, int co
   ChainPlan p;
   if (choose_impl(Step::Chain, c.op, c.sm, m, c.captured) != Impl::Persistent) return p;
   if ((dtype != ScalarType::BFloat16 && dtype != ScalarType::Half) || m < 1 || m > kMaxChainRows || count < 1 ||
-      count > kMaxChainLayers || align_x != 16 || c.sm < 80 || c.device >= kMaxDevices)
+      count > kMaxChainLayers || align_x < 16 || c.sm < 80 || c.device >= kMaxDevices)
     return p;
   long long tiles = 0;
   for (int l = 0; l < count; ++l) {

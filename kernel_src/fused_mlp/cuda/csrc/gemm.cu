@@ -5,6 +5,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -50,6 +51,7 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
 
 struct AlgoKey {
   long long m, n, k;
+  unsigned long long max_workspace;
   int dtype, epi, trans_a, trans_b, accumulate, align_a, align_b, align_out, align_bias, device;
   bool operator==(const AlgoKey& o) const { return std::memcmp(this, &o, sizeof(AlgoKey)) == 0; }
 };
@@ -75,11 +77,12 @@ struct GemmPlan {
   size_t workspace = 0;
   float beta = 0.f;
   bool has_bias = false;
+  GemmShape shape;  // what it was planned for (gemm_run compares the call's real alignments with it)
 };
 
 int alignment_of(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 16;
+  int a = 256;
   while (a > 1 && (v % a) != 0) a /= 2;
   return a;
 }
@@ -102,6 +105,8 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   AlgoKey key;
   std::memset(&key, 0, sizeof(key));
   key.m = g.m; key.n = g.n; key.k = g.k;
+  const uint64_t max_ws = g.max_workspace ? std::min<uint64_t>(g.max_workspace, kMaxWorkspaceBytes) : kMaxWorkspaceBytes;
+  key.max_workspace = max_ws;
   key.dtype = static_cast<int>(dt); key.epi = static_cast<int>(g.epi);
   key.trans_a = g.trans_a; key.trans_b = g.trans_b; key.accumulate = g.accumulate;
   key.align_a = g.align_a; key.align_b = g.align_b; key.align_out = g.align_out;
@@ -112,6 +117,7 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   auto it = plans.find(key);
   if (it != plans.end()) return &it->second;
   GemmPlan plan;
+  plan.shape = g;
   plan.beta = g.accumulate ? 1.f : 0.f;
   plan.has_bias = g.epi == Epilogue::Bias || g.epi == Epilogue::ReluBias || g.epi == Epilogue::GeluTanhBias;
   const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B' is [N,K] or [K,N]
@@ -143,14 +149,14 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   if (known != bucket_algos.end() &&
       cublasLtMatmulAlgoCheck(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, &known->second, &result) ==
           CUBLAS_STATUS_SUCCESS &&
-      result.workspaceSize <= kMaxWorkspaceBytes) {
+      result.workspaceSize <= max_ws) {
     plan.algo = known->second;
     plan.workspace = result.workspaceSize;
     return &plans.emplace(key, plan).first->second;
   }
   cublasLtMatmulPreference_t pref = nullptr;
   check_status(cublasLtMatmulPreferenceCreate(&pref), "preference");
-  const uint64_t ws = kMaxWorkspaceBytes;
+  const uint64_t ws = max_ws;
   check_status(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace");
   const uint32_t al_first = g.align_b, al_second = g.align_a, al_c = g.align_out;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first, sizeof(al_first));
@@ -171,8 +177,24 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
 
 size_t gemm_workspace_bytes(const GemmPlan* plan) { return plan->workspace; }
 
+namespace {
+bool below(const void* p, int align) { return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(align - 1)) != 0; }
+}  // namespace
+
 void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
               cudaStream_t stream) {
+  const GemmShape& g = plan->shape;
+  if (below(a, g.align_a) || below(b, g.align_b) || below(out, g.align_out) ||
+      (plan->has_bias && below(bias, g.align_bias))) {
+    GemmShape real = g;
+    real.align_a = std::min(g.align_a, alignment_of(a));
+    real.align_b = std::min(g.align_b, alignment_of(b));
+    real.align_out = std::min(g.align_out, alignment_of(out));
+    if (plan->has_bias) real.align_bias = std::min(g.align_bias, alignment_of(bias));
+    // Within the workspace the caller reserved for `plan` (a heuristic limit of 0 would mean the default).
+    real.max_workspace = plan->workspace ? plan->workspace : 1;
+    plan = gemm_plan(real);
+  }
   if (plan->has_bias) {
     check_status(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias");
   }

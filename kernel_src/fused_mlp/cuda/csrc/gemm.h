@@ -15,13 +15,15 @@ Epilogue epilogue_for(Act act, bool has_bias, bool* fused);
 // out[M,N] (row-major, ld N) = op(a) @ op(b) (+ beta * out), all row-major, every matrix in `dtype`:
 //   a is [M,K] (trans_a=false) or stored as [K,M] (trans_a=true); b is [K,N] or stored as [N,K].
 // Bias (length N) and the activation come from `epi`. fp32 accumulation throughout. The alignments
-// (largest power of two <= 16 dividing each address) pick the kernels, so they are part of the shape.
+// (alignment_of each address, or kFreshAlign for a buffer allocated after planning) pick the kernels, so
+// they are part of the shape. max_workspace: the most workspace the algorithm may need (0: kMaxWorkspace).
 struct GemmShape {
   long long m, n, k;
   bool trans_a, trans_b, accumulate;  // accumulate: beta = 1 (out += product), else beta = 0
   Epilogue epi;
   ScalarType dtype;
   int align_a, align_b, align_out, align_bias;
+  size_t max_workspace = 0;
 };
 
 struct GemmPlan;  // cached descriptors + the chosen algorithm, one per (shape, device, thread)
@@ -30,14 +32,20 @@ struct GemmPlan;  // cached descriptors + the chosen algorithm, one per (shape, 
 const GemmPlan* gemm_plan(const GemmShape& shape);
 // Workspace bytes the plan's algorithm needs (0 for most small problems).
 size_t gemm_workspace_bytes(const GemmPlan* plan);
-// Run the planned GEMM; `workspace` holds gemm_workspace_bytes(plan) bytes (may be null when 0).
+// Run the planned GEMM; `workspace` holds gemm_workspace_bytes(plan) bytes (may be null when 0). A pointer
+// less aligned than the plan assumed (a fresh buffer from an allocator that does not align blocks to
+// kFreshAlign) runs a plan for its real alignment within the same workspace instead.
 void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
               cudaStream_t stream);
 
-// Largest power of two (<= 16) dividing the address: cuBLASLt picks kernels by operand alignment.
+// Largest power of two (<= 256) dividing the address, as torch's own cuBLASLt calls report it: cuBLASLt's
+// heuristic leaves out the algorithms that need more alignment than an operand has (its default assumes 256),
+// and our Triton/TMA/CUDA kernels need >= 16.
 int alignment_of(const void* p);
 
-// Alignment of buffers this extension allocates itself (outputs and scratch regions start 256-byte aligned).
-constexpr int kFreshAlign = 16;
+// Alignment planned for buffers this extension allocates itself: outputs and scratch regions start 256-byte
+// aligned (cudaMalloc's guarantee; torch's caching allocator rounds blocks to 512 bytes; Scratch regions to
+// 256). gemm_run checks it per call, so another allocator costs speed, never correctness.
+constexpr int kFreshAlign = 256;
 
 }  // namespace fused_mlp

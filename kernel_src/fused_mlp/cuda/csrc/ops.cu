@@ -288,7 +288,7 @@ Tensor act_and_mul_op(Tensor gate, Tensor up, std::string activation) {
   const int64_t rows = last ? g.numel() / last : 0;
   const Ctx c = ctx_for(g, Op::ActAndMul);
   Tensor out = empty_rows_like(g, last);
-  const bool aligned = alignment_of(g.const_data_ptr()) == 16 && alignment_of(u.const_data_ptr()) == 16;
+  const bool aligned = alignment_of(g.const_data_ptr()) >= 16 && alignment_of(u.const_data_ptr()) >= 16;
   const ActAndMulPlan p = plan_act_and_mul(c, rows, g.numel(), act, g.scalar_type(), aligned);
   run_act_and_mul(p, c, g.const_data_ptr(), u.const_data_ptr(), out.mutable_data_ptr());
   return out;
@@ -318,7 +318,7 @@ class BackwardGemms {
   size_t bytes_ = 0, at_ = 0;
 };
 
-// Alignment of a buffer `offset` bytes after a fresh (16-byte aligned) one: a plane of a [2, M, N] tensor.
+// Alignment of a buffer `offset` bytes after a fresh (kFreshAlign-aligned) one: a plane of a [2, M, N] tensor.
 int align_after(size_t offset) { return alignment_of(reinterpret_cast<const void*>(offset)); }
 
 // Gradients of a chain of layers out_i = acts[i](in_i @ w_i^T + b_i), in_0 = x, in_{i+1} = out_i, given dy

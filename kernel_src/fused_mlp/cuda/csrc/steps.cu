@@ -45,7 +45,7 @@ namespace {
 // elements: every leading dim a multiple of 8), sizes that fit their 32-bit parameters.
 bool tma_fits(std::initializer_list<int> aligns, std::initializer_list<long long> lds, long long m) {
   for (const int a : aligns)
-    if (a != 16) return false;
+    if (a < 16) return false;
   for (const long long ld : lds)
     if (ld % 8 != 0 || ld > kI32) return false;
   return m <= kI32;
@@ -65,8 +65,8 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
     const int ab = has_bias ? align_b : 16;
     const bool fits =
         dt >= 0 && (tma ? tma_fits({align_x, align_w, ab, align_y}, {k, n}, m)
-                        : n % 16 == 0 && k % 16 == 0 && align_x == 16 && align_w == 16 && ab == 16 &&
-                              align_y == 16 && m * k <= kI32 && n * k <= kI32 && m * n <= kI32);
+                        : n % 16 == 0 && k % 16 == 0 && align_x >= 16 && align_w >= 16 && ab >= 16 &&
+                              align_y >= 16 && m * k <= kI32 && n * k <= kI32 && m * n <= kI32);
     p.cubin = fits ? find_cubin({Step::Linear, p.impl, c.sm, dt, static_cast<int>(act), has_bias, false, m, n, c.sms})
                    : nullptr;
     if (p.cubin != nullptr && (tma || k % p.cubin->block_k == 0)) {
@@ -151,7 +151,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
       return p;
     }
   } else if (p.impl == Impl::Triton && !store_gu) {  // the portable kernel keeps g, u in registers only
-    const bool fits = dt >= 0 && i % 16 == 0 && k % 16 == 0 && align_x == 16 && align_wg == 16 && align_wu == 16 &&
+    const bool fits = dt >= 0 && i % 16 == 0 && k % 16 == 0 && align_x >= 16 && align_wg >= 16 && align_wu >= 16 &&
                       m * k <= kI32 && i * k <= kI32 && m * i <= kI32;
     p.cubin = fits ? find_cubin({Step::GateUp, Impl::Triton, c.sm, dt, static_cast<int>(act), false, false, m, i, c.sms})
                    : nullptr;
@@ -164,7 +164,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   p.impl = Impl::Split;
   const size_t elem = dtype == ScalarType::Float ? 4 : 2;
   const size_t bytes = static_cast<size_t>(m * i) * elem;
-  // g, u: the gu planes (plane 1 is M*I elements after a fresh, 16-byte aligned plane 0) or two scratch regions
+  // g, u: the gu planes (plane 1 is M*I elements after a fresh, kFreshAlign-aligned plane 0) or two scratch regions
   const int align_u = store_gu ? alignment_of(reinterpret_cast<const void*>(bytes)) : kFreshAlign;
   if (!store_gu) {
     p.g_off = s.reserve(bytes);
@@ -172,7 +172,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   }
   p.gate = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wg, 16, s);
   p.up = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wu, 16, s, align_u);
-  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, align_u == 16);
+  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, align_u >= 16);
   return p;
 }
 

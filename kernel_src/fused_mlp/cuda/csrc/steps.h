@@ -73,7 +73,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
 // Whether two weights can be the planes of one TMA tensor: distinct bases (the same tensor twice has no second
 // plane) less than 2^40 bytes apart (TMA's largest stride).
 bool w_planes_fit(const void* wg, const void* wu);
-// gu: the [2, M, I] buffer when the plan stores g, u (fresh, 16-byte aligned), else null.
+// gu: the [2, M, I] buffer when the plan stores g, u (fresh, kFreshAlign-aligned), else null.
 void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* wg, const void* wu,
                  void* h, void* gu = nullptr);
 
