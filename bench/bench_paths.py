@@ -4,7 +4,8 @@ path table (kernel_src/fused_mlp/cuda/paths.py).
 For a loaded stable-ABI kernel (harness.py), each step is forced to each implementation in turn
 (`torch.ops.<ns>.cuda_set_path`) and a whole public op that exercises it is timed (GPU µs per call from
 graph replay): `linear` through `mlp` 3x1024 relu (+bias) and a K=3072 `linear` (the gated down
-projection's shape), `gate_up` through `gated_mlp` H=768 I=3072, `act_and_mul` on [M, 3072], `chain` (the
+projection's shape), `gate_up` through `gated_mlp` H=768 I=3072 (inference, and the training forward that also
+stores (g, u)), `act_and_mul` on [M, 3072], `chain` (the
 whole op in one persistent kernel, or layer by layer) through both `mlp` and `gated_mlp`. The printout
 ends with the fastest implementation per (step, M) by GPU time (paths.GRAPH_PATHS: calls captured in a
 graph) and, up to M=2048 where calls are host-bound, by wall time of a stream of calls (paths.PATHS): copy
@@ -53,7 +54,10 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
                 "linear 3072->768": lambda: kernel.linear(h, wd, None, "none")}  # fmt: skip
     if step == "gate_up":
         x, wg, wu, wd = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5), r(768, 3072)
-        return {"gated 768x3072": lambda: kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh")}
+        # the training forward, which also stores (g, u)
+        train = getattr(torch.ops, kernel.OPS_NAMESPACE).cuda_gated_mlp_train
+        return {"gated 768x3072": lambda: kernel.gated_mlp(x, wg, wu, wd, "gelu_tanh"),
+                "gated 768x3072 training forward": lambda: train(x, wg, wu, wd, "gelu_tanh")[0]}  # fmt: skip
     if step == "chain":  # the whole ops that the linear and gate_up rows exercise
         mlp = problems("linear", m, kernel, dt)["mlp 3x1024 relu"]
         return {"mlp 3x1024 relu": mlp, **problems("gate_up", m, kernel, dt)}
@@ -103,12 +107,14 @@ def sweep(
 
 def best(rows: list[dict]) -> list[dict]:
     """Fastest implementation per (step, M) by GPU µs summed over the step's problems, with the summed wall µs
-    (stream of calls) where it was measured."""
+    (stream of calls) where it was measured. Training-forward problems count apart (step "gated_mlp_train/<step>",
+    as the path table keys them)."""
     totals: dict[tuple, dict[str, dict[str, float]]] = {}
     for r in rows:
         for what in ("gpu_us", "wall_us"):
             if r.get(what) is not None:
-                by = totals.setdefault((r["step"], r["rows"]), {}).setdefault(what, {})
+                step = f"gated_mlp_train/{r['step']}" if "training" in r["problem"] else r["step"]
+                by = totals.setdefault((step, r["rows"]), {}).setdefault(what, {})
                 by[r["impl"]] = by.get(r["impl"], 0.0) + r[what]
     out = []
     for (step, m), by in totals.items():
@@ -123,7 +129,7 @@ def best(rows: list[dict]) -> list[dict]:
             entry["wall_us"] = {k: round(v, 2) for k, v in by["wall_us"].items()}
             entry["best_wall"] = min(by["wall_us"], key=by["wall_us"].get)
         out.append(entry)
-        print(f"{step:<12} M={m:<6} best {winner:<9} " + "  ".join(f"{k} {v:.1f}" for k, v in by["gpu_us"].items())
+        print(f"{step:<24} M={m:<6} best {winner:<9} " + "  ".join(f"{k} {v:.1f}" for k, v in by["gpu_us"].items())
               + ("  wall " + "  ".join(f"{k} {v:.1f}" for k, v in by["wall_us"].items()) if "wall_us" in by else ""))  # fmt: skip
     return out
 
