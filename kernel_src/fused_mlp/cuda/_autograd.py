@@ -75,7 +75,8 @@ class Functions:
             @staticmethod
             def backward(ctx, grad):
                 x, w_gate, w_up, w_down, h, gu = ctx.saved_tensors
-                dx, dwg, dwu, dwd = gated_bwd(grad, None, x, w_gate, w_up, w_down, h, gu, ctx.activation)
+                dx, dw_gu, dwd = gated_bwd(grad, None, x, w_gate, w_up, w_down, h, gu, ctx.activation)
+                dwg, dwu = dw_gu.unbind(0)  # (dw_gate, dw_up) come as one [2, I, H] tensor (one batched GEMM)
                 return dx, dwg, dwu, dwd, None
 
         class ActAndMul(Function):
@@ -141,9 +142,10 @@ def formulas(ns) -> dict:
         grad_y, grad_h, _ = grads
         x, w_gate, w_up, w_down, y, h, gu = ctx.saved_tensors
         grad_y = grad_y if grad_y is not None else y.new_zeros(y.shape)
-        dx, dwg, dwu, dwd = ns.cuda_gated_mlp_backward(
+        dx, dw_gu, dwd = ns.cuda_gated_mlp_backward(
             grad_y, grad_h, x, w_gate, w_up, w_down, h, gu, ctx.activation
         )
+        dwg, dwu = dw_gu.unbind(0)
         return dx, dwg, dwu, dwd, None
 
     def setup_act_and_mul(ctx, inputs, output):

@@ -41,7 +41,8 @@ def gated_mlp(x, w_gate, w_up, w_down, activation) -> list[Tensor]:
 
 
 def gated_mlp_backward(grad, grad_h, x, w_gate, w_up, w_down, h, gu, activation) -> list[Tensor]:
-    return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in (w_gate, w_up, w_down)]]
+    """[dx, (dw_gate, dw_up) as one [2, I, H] tensor, dw_down]."""
+    return [x.new_empty(x.shape), w_gate.new_empty((2, *w_gate.shape)), w_down.new_empty(w_down.shape)]
 
 
 def mlp_infer(x: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str) -> Tensor:

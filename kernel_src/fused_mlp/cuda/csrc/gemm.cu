@@ -50,8 +50,9 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
 }
 
 struct AlgoKey {
-  long long m, n, k;
+  long long m, n, k, stride_a, stride_b, stride_out;
   unsigned long long max_workspace;
+  int batch;
   int dtype, epi, trans_a, trans_b, accumulate, align_a, align_b, align_out, align_bias, device;
   bool operator==(const AlgoKey& o) const { return std::memcmp(this, &o, sizeof(AlgoKey)) == 0; }
 };
@@ -107,6 +108,7 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   key.m = g.m; key.n = g.n; key.k = g.k;
   const uint64_t max_ws = g.max_workspace ? std::min<uint64_t>(g.max_workspace, kMaxWorkspaceBytes) : kMaxWorkspaceBytes;
   key.max_workspace = max_ws;
+  key.batch = g.batch; key.stride_a = g.stride_a; key.stride_b = g.stride_b; key.stride_out = g.stride_out;
   key.dtype = static_cast<int>(dt); key.epi = static_cast<int>(g.epi);
   key.trans_a = g.trans_a; key.trans_b = g.trans_b; key.accumulate = g.accumulate;
   key.align_a = g.align_a; key.align_b = g.align_b; key.align_out = g.align_out;
@@ -136,6 +138,17 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   check_status(cublasLtMatrixLayoutCreate(&plan.la, dt, rows_b, cols_b, rows_b), "layout B");
   check_status(cublasLtMatrixLayoutCreate(&plan.lb, dt, rows_a, cols_a, rows_a), "layout A");
   check_status(cublasLtMatrixLayoutCreate(&plan.lc, dt, g.n, g.m, g.n), "layout C");
+  STD_TORCH_CHECK(g.batch >= 1 && (g.batch == 1 || !plan.has_bias), "fused_mlp: a batched GEMM takes no bias");
+  if (g.batch > 1) {
+    const int32_t count = g.batch;
+    const int64_t strides[3] = {g.stride_b, g.stride_a, g.stride_out};
+    cublasLtMatrixLayout_t layouts[3] = {plan.la, plan.lb, plan.lc};
+    for (int i = 0; i < 3; ++i) {
+      check_status(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch count");
+      check_status(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                    sizeof(strides[i])), "batch stride");
+    }
+  }
 
   // One heuristic query per power-of-two bucket of M: the algorithm found for the first M of a bucket is
   // checked (cublasLtMatmulAlgoCheck) and reused for the bucket's other sizes, so a stream of new batch

@@ -17,6 +17,8 @@ Epilogue epilogue_for(Act act, bool has_bias, bool* fused);
 // Bias (length N) and the activation come from `epi`. fp32 accumulation throughout. The alignments
 // (alignment_of each address, or kFreshAlign for a buffer allocated after planning) pick the kernels, so
 // they are part of the shape. max_workspace: the most workspace the algorithm may need (0: kMaxWorkspace).
+// batch > 1: that many products in one launch, matrix i of a/b/out `stride_*` elements after matrix i-1
+// (stride 0: every product reads the same matrix); no bias epilogue then.
 struct GemmShape {
   long long m, n, k;
   bool trans_a, trans_b, accumulate;  // accumulate: beta = 1 (out += product), else beta = 0
@@ -24,6 +26,8 @@ struct GemmShape {
   ScalarType dtype;
   int align_a, align_b, align_out, align_bias;
   size_t max_workspace = 0;
+  int batch = 1;
+  long long stride_a = 0, stride_b = 0, stride_out = 0;
 };
 
 struct GemmPlan;  // cached descriptors + the chosen algorithm, one per (shape, device, thread)

@@ -304,7 +304,17 @@ class BackwardGemms {
   // out[M,N] (+)= op(a) op(b), as gemm.h's GemmShape says; the alignments of a, b and out.
   const GemmPlan* plan(long long m, long long n, long long k, bool ta, bool tb, bool accumulate, int align_a,
                        int align_b, int align_out) {
-    const GemmPlan* p = gemm_plan({m, n, k, ta, tb, accumulate, Epilogue::None, dt_, align_a, align_b, align_out, 16});
+    return plan({m, n, k, ta, tb, accumulate, Epilogue::None, dt_, align_a, align_b, align_out, 16});
+  }
+  // `batch` products in one launch (gemm.h: GemmShape's batch and element strides).
+  const GemmPlan* plan_batched(long long m, long long n, long long k, bool ta, int batch, long long stride_a,
+                               long long stride_b, long long stride_out, int align_a, int align_b, int align_out) {
+    GemmShape g{m, n, k, ta, false, false, Epilogue::None, dt_, align_a, align_b, align_out, 16};
+    g.batch = batch, g.stride_a = stride_a, g.stride_b = stride_b, g.stride_out = stride_out;
+    return plan(g);
+  }
+  const GemmPlan* plan(const GemmShape& g) {
+    const GemmPlan* p = gemm_plan(g);
     bytes_ = std::max(bytes_, gemm_workspace_bytes(p));
     return p;
   }
@@ -451,8 +461,9 @@ std::vector<Tensor> mlp_backward(Tensor grad, std::vector<Tensor> hidden, Tensor
 // From the training forward's h and gu = (g, u) planes [2, M, I]; grad_h: gradient of h, absent when none
 // flows (the public API hides h). One op: dh = dy w_down (+ grad_h); (dg, du) in one
 // elementwise pass over dh, g, u; dx = dg w_gate + du w_up; dw_gate = dg^T x, dw_up = du^T x,
-// dw_down = dy^T h (cuBLASLt, measured faster than our Hopper backward kernels: bench/RESULTS.md).
-// Returns [dx, dw_gate, dw_up, dw_down].
+// dw_down = dy^T h (cuBLASLt, measured faster than our Hopper backward kernels: bench/RESULTS.md); dw_gate and
+// dw_up as one batched GEMM (two [I, H] outputs of K = M each fill the GPU's waves better together: bench/RESULTS.md
+// "Session 31"). Returns [dx, dw_gu = (dw_gate, dw_up) as one [2, I, H] tensor, dw_down].
 std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h, Tensor x, Tensor w_gate,
                                        Tensor w_up, Tensor w_down, Tensor h, Tensor gu, std::string activation) {
   const Act act = parse_activation(activation);
@@ -468,8 +479,7 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
                   gu2.numel(), " elements, expected 2 x ", m, " x ", inter);
   const ScalarType dt = x2.t.scalar_type();
   if (m == 0) {
-    return {empty_rows_like(x, hdim), new_zeros(wg.t, {inter, hdim}), new_zeros(wu.t, {inter, hdim}),
-            new_zeros(wd.t, {out_dim, inter})};
+    return {empty_rows_like(x, hdim), new_zeros(wg.t, {2, inter, hdim}), new_zeros(wd.t, {out_dim, inter})};
   }
   const Ctx c = ctx_for(x, Op::GatedMlp);
   const bool has_grad_h = grad_h.has_value();
@@ -484,13 +494,15 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
                                     alignment_of(wd.ptr()), kFreshAlign);
   const GemmPlan* p_dx_g = gemms.plan(m, hdim, inter, false, false, false, kFreshAlign, alignment_of(wg.ptr()), kFreshAlign);
   const GemmPlan* p_dx_u = gemms.plan(m, hdim, inter, false, false, true, align_2nd, alignment_of(wu.ptr()), kFreshAlign);
-  const GemmPlan* p_dwg = gemms.plan(inter, hdim, m, true, false, false, kFreshAlign, alignment_of(x2.ptr()), kFreshAlign);
-  const GemmPlan* p_dwu = gemms.plan(inter, hdim, m, true, false, false, align_2nd, alignment_of(x2.ptr()), kFreshAlign);
+  // (dw_gate, dw_up) = (dg, du)^T x: batch 2 over the dg/du planes and the two output planes, x read by both.
+  const long long w_plane = inter * hdim;
+  const int align_w_2nd = align_after(static_cast<size_t>(w_plane) * x2.t.element_size());
+  const GemmPlan* p_dwgu = gemms.plan_batched(inter, hdim, m, true, 2, m * inter, 0, w_plane, align_2nd,
+                                              alignment_of(x2.ptr()), align_w_2nd);
   const GemmPlan* p_dwd = gemms.plan(out_dim, inter, m, true, false, false, alignment_of(dy.ptr()),
                                      alignment_of(h2.ptr()), kFreshAlign);
   gemms.reserve(s);
-  std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {inter, hdim}), empty_on(wu.t, {inter, hdim}),
-                                empty_on(wd.t, {out_dim, inter})};
+  std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {2, inter, hdim}), empty_on(wd.t, {out_dim, inter})};
   s.allocate(x);
   void* dh = s.at(dh_at);
   char* dg = static_cast<char*>(s.at(dgu_at));
@@ -504,9 +516,8 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
   act_and_mul_backward(dh, g, u, dg, du, m * inter, act, dt, c.stream);
   gemms.run(p_dx_g, s, dg, wg.ptr(), result[0].mutable_data_ptr(), c.stream);
   gemms.run(p_dx_u, s, du, wu.ptr(), result[0].mutable_data_ptr(), c.stream);
-  gemms.run(p_dwg, s, dg, x2.ptr(), result[1].mutable_data_ptr(), c.stream);
-  gemms.run(p_dwu, s, du, x2.ptr(), result[2].mutable_data_ptr(), c.stream);
-  gemms.run(p_dwd, s, dy.ptr(), h2.ptr(), result[3].mutable_data_ptr(), c.stream);
+  gemms.run(p_dwgu, s, dg, x2.ptr(), result[1].mutable_data_ptr(), c.stream);
+  gemms.run(p_dwd, s, dy.ptr(), h2.ptr(), result[2].mutable_data_ptr(), c.stream);
   return result;
 }
 
