@@ -177,9 +177,10 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
         r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0",
         r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0",
         r"path M=256 captured 1: gate_up 0 linear 1 act_and_mul 0",
-        # the training forward (op gated_mlp_train) keeps split at every M
+        # the training forward (op gated_mlp_train): split up to 2048 rows, the Hopper kernel beyond
         r"path M=1 captured 0: gate_up 0 linear 0 act_and_mul 0 train gate_up 2",
-        r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0 train gate_up 2",
+        r"path M=257 captured 0: gate_up 4 linear 0 act_and_mul 0 train gate_up 2",
+        r"path M=8192 captured 1: gate_up 4 linear 1 act_and_mul 0 train gate_up 4",
         # the whole op in the persistent chain kernel (mlp, then the gated training forward): calls one by one up
         # to 64 rows; in a graph the mlp up to 16 rows, the gated MLP at 1 row
         r"path M=64 captured 0: .* chain 5 5",

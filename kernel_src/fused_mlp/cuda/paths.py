@@ -81,7 +81,7 @@ PATHS: dict[str, dict[str, Rows]] = {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
-        "gated_mlp_train/gate_up": ((None, "split"),),  # see GRAPH_PATHS
+        "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),  # see GRAPH_PATHS
         "act_and_mul": ((None, "triton"),),
         # One launch instead of one per layer: wall at 1-64 rows (bench_paths, 2026-12-03 20:54 UTC) mlp 3x1024
         # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
@@ -107,13 +107,16 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # 111.3, 8192: 177.5 vs 217.4 and 224.9). At 256 rows the
     # portable kernel (16.5 vs 18.5). The linear Hopper kernel loses to cuBLASLt on every measured shape
     # (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1). The training forward also stores (g, u):
-    # split at every M (its GEMMs write them anyway; the portable kernel keeps them in registers only, and the
+    # split (its GEMMs write them anyway; the portable kernel keeps them in registers only, and the
     # Hopper kernel's extra stores are not overlapped with its main loop: gate/up alone at 8192 rows 161.3 vs
-    # 117.4 + 37.2 µs, at 1024 rows 28.6 vs 18.6 + 4.9; bench/gate_up_single_dot.py, 2026-12-03).
+    # 117.4 + 37.2 µs, at 1024 rows 28.6 vs 18.6 + 4.9; bench/gate_up_single_dot.py, 2026-12-03). Since the
+    # sigmoid-form GELU the Hopper kernel wins from 4096 rows (whole training forward, bench_paths, H100,
+    # 2026-12-06, bench/RESULTS.md "Session 31"): 4096 rows 108.9 vs split 120.3, 8192: 231.1 vs 247.0; up to 2048
+    # rows split (1024: 36.5 vs 38.7, 2048: 59.0 vs 59.9).
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
-        "gated_mlp_train/gate_up": ((None, "split"),),
+        "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),
         "act_and_mul": ((None, "triton"),),
         # GPU µs in a graph (bench/chain_cost.py and bench_paths, 2026-12-03 20:54 UTC): mlp 3x1024 1 row 9.8 vs
         # 15.8, 8 rows 10.9 vs 11.9, 16 rows 11.8 vs 12.0, 32 rows 13.9 vs 12.0; with 8 copies of the weights
