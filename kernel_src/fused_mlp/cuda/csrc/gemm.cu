@@ -188,7 +188,12 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   return &plans.emplace(key, plan).first->second;
 }
 
-size_t gemm_workspace_bytes(const GemmPlan* plan) { return plan->workspace; }
+// cuBLASLt rejects a workspace that is not 256-byte aligned (CUBLAS_STATUS_INVALID_VALUE; torch's own calls
+// hit it under an allocator with 16-byte aligned blocks), so callers reserve this much more and gemm_run
+// rounds the pointer up.
+constexpr uintptr_t kWorkspaceAlign = 256;
+
+size_t gemm_workspace_bytes(const GemmPlan* plan) { return plan->workspace ? plan->workspace + kWorkspaceAlign : 0; }
 
 namespace {
 bool below(const void* p, int align) { return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(align - 1)) != 0; }
@@ -204,9 +209,15 @@ void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, con
     real.align_b = std::min(g.align_b, alignment_of(b));
     real.align_out = std::min(g.align_out, alignment_of(out));
     if (plan->has_bias) real.align_bias = std::min(g.align_bias, alignment_of(bias));
-    // Within the workspace the caller reserved for `plan` (a heuristic limit of 0 would mean the default).
+    // Within the workspace the caller reserved for `plan` (a limit of 0 would mean the default).
     real.max_workspace = plan->workspace ? plan->workspace : 1;
     plan = gemm_plan(real);
+  }
+  if (plan->workspace) {
+    const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
+    workspace = reinterpret_cast<void*>((w + kWorkspaceAlign - 1) & ~(kWorkspaceAlign - 1));
+  } else {
+    workspace = nullptr;  // an unaligned pointer is refused even with a size of 0
   }
   if (plan->has_bias) {
     check_status(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias");

@@ -34,7 +34,8 @@ struct GemmPlan;  // cached descriptors + the chosen algorithm, one per (shape, 
 
 // The cached plan of `shape` on the current device; planning is host-only and happens once per shape.
 const GemmPlan* gemm_plan(const GemmShape& shape);
-// Workspace bytes the plan's algorithm needs (0 for most small problems).
+// Workspace bytes to reserve for the plan: what its algorithm needs (0 for most small problems), plus room
+// to align the pointer to the 256 bytes cuBLASLt requires.
 size_t gemm_workspace_bytes(const GemmPlan* plan);
 // Run the planned GEMM; `workspace` holds gemm_workspace_bytes(plan) bytes (may be null when 0). A pointer
 // less aligned than the plan assumed (a fresh buffer from an allocator that does not align blocks to
