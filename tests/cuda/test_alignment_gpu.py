@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,24 +22,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 import fused_mlp.reference as ref
 from fused_mlp import cuda as cuda_backend
-from fused_mlp._build_info import OPS_NAMESPACE
 from kernel_numerics import as64, assert_close, grads, randn
+from path_forcing import forced
 
 OK, WHY = cuda_backend.available() if torch.cuda.is_available() else (False, "no CUDA device")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
 if OK:
     from fused_mlp.cuda import ops
 DEV = "cuda"
-NS = getattr(torch.ops, OPS_NAMESPACE)
-
-
-@contextmanager
-def forced(step: str, impl: str):
-    before = NS.cuda_set_path(step, impl)
-    try:
-        yield
-    finally:
-        NS.cuda_set_path(step, before)
 
 
 def at_offset(shape, offset_bytes: int, dtype, scale=1.0, grad=False) -> torch.Tensor:

@@ -6,7 +6,7 @@ FUSED_MLP_VARIANT_DIR=<dist>/build/torch-stable-abi211-cu130-x86_64-linux pytest
 
 import itertools
 import sys
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from kernel_numerics import (
     randn,
     rel_err,
 )
+from path_forcing import forced
 
 OK, WHY = cuda_backend.available() if torch.cuda.is_available() else (False, "no CUDA device")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
@@ -233,16 +234,6 @@ IMPL_CASES = (
     ("act_and_mul", "triton"),
     ("act_and_mul", "cuda"),
 )
-
-
-@contextmanager
-def forced(step: str, impl: str):
-    """Every call of `step` runs `impl` (or its fallback where it cannot take the call) inside the block."""
-    before = NS.cuda_set_path(step, impl)
-    try:
-        yield
-    finally:
-        NS.cuda_set_path(step, before)
 
 
 def _check_mlp(rows, dims, dtype, activation, with_bias, what):
