@@ -105,20 +105,15 @@ def linear_rows(
 
 
 def linear_rows_train(
-    x2: torch.Tensor,
-    w: torch.Tensor,
-    b: torch.Tensor | None,
-    activation: str,
-    out: torch.Tensor | None = None,
+    x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """linear_rows that also returns what the activation's derivative reads in backward: (out, nothing for
-    "none", the output for relu (only its sign matters), else the pre-activation (the same launch stores it
-    on Hopper))."""
+    """linear_rows that also returns what the activation's derivative reads in backward: (the output, nothing
+    for "none", the output for relu (only its sign matters), else the pre-activation (the same launch stores
+    it on Hopper))."""
     if activation in ("none", "relu"):
-        out = linear_rows(x2, w, b, activation, out)
+        out = linear_rows(x2, w, b, activation)
         return out, (None if activation == "none" else out)
-    if out is None:
-        out = x2.new_empty((x2.shape[0], w.shape[0]))
+    out = x2.new_empty((x2.shape[0], w.shape[0]))
     pre = torch.empty_like(out)
     linear_rows(x2, w, b, activation, out, pre=pre)
     return out, pre
@@ -174,8 +169,7 @@ def mlp_rows(
 
 
 def mlp_rows_train(
-    x2: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None], activation: str,
-    out: torch.Tensor | None = None,
+    x2: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None], activation: str
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:  # fmt: skip
     """mlp_rows that keeps what backward.chain_grads reads: (the output, every layer's input, x2 first; per
     hidden layer what act' reads, as linear_rows_train returns it)."""
@@ -184,7 +178,7 @@ def mlp_rows_train(
         h, pre = linear_rows_train(inputs[-1], unit_stride(w), b, activation)
         pres.append(pre)
         inputs.append(h)
-    return linear_rows(inputs[-1], unit_stride(weights[-1]), biases[-1], "none", out), inputs, pres
+    return linear_rows(inputs[-1], unit_stride(weights[-1]), biases[-1], "none"), inputs, pres
 
 
 def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:
@@ -236,8 +230,7 @@ def gated_rows(
 
 
 def gated_rows_train(
-    x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, activation: str,
-    out: torch.Tensor | None = None,
+    x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, activation: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """gated_rows that also returns what backward needs: (the output, h = act(g) * u [M, I], gu = (g, u)
     [2, M, I])."""
@@ -245,7 +238,7 @@ def gated_rows_train(
     h = x2.new_empty((M, N))
     gu = x2.new_empty((2, M, N))
     gate_up_rows(x2, unit_stride(w_gate), unit_stride(w_up), activation, h, gu=gu)
-    return linear_rows(h, unit_stride(w_down), None, "none", out), h, gu
+    return linear_rows(h, unit_stride(w_down), None, "none"), h, gu
 
 
 def _elementwise(
