@@ -22,8 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 import fused_mlp.reference as ref
 from fused_mlp import cuda as cuda_backend
-from kernel_numerics import as64, assert_close, grads, randn
+from kernel_numerics import as64, assert_close, randn
 from path_forcing import forced
+from test_cuda_gpu import check_grads
 
 OK, WHY = cuda_backend.available() if torch.cuda.is_available() else (False, "no CUDA device")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
@@ -65,11 +66,7 @@ def test_every_operand_alignment_forward_and_backward(dtype, offset, impl):
             expected = ref.mlp(p64[0], p64[1:3], p64[3:], "gelu_tanh")
             what = f"mlp rows={rows} offset={offset} linear={impl}"
             assert_close(out, expected, dtype, what)
-            upstream = torch.randn(expected.shape, dtype=torch.float64, device=DEV)
-            for i, (got, want) in enumerate(
-                zip(grads(out, (x, *ws, *bs), upstream), grads(expected, p64, upstream))
-            ):
-                assert_close(got, want, dtype, f"{what} grad {i}")
+            check_grads(out, (x, *ws, *bs), expected, p64, dtype, what)
 
             x = at_offset((rows, 256), offset, dtype, grad=True)
             wg, wu = (at_offset((512, 256), offset, dtype, scale=256**-0.5, grad=True) for _ in range(2))
@@ -79,11 +76,7 @@ def test_every_operand_alignment_forward_and_backward(dtype, offset, impl):
             expected = ref.gated_mlp(*p64, "gelu_tanh")
             what = f"gated rows={rows} offset={offset} linear={impl}"
             assert_close(out, expected, dtype, what)
-            upstream = torch.randn(expected.shape, dtype=torch.float64, device=DEV)
-            for i, (got, want) in enumerate(
-                zip(grads(out, (x, wg, wu, wd), upstream), grads(expected, p64, upstream))
-            ):
-                assert_close(got, want, dtype, f"{what} grad {i}")
+            check_grads(out, (x, wg, wu, wd), expected, p64, dtype, what)
 
 
 # A CUDA allocator for torch.cuda.memory.CUDAPluggableAllocator whose blocks start 16 bytes past cudaMalloc's
