@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
+#include <vector>
 
 namespace fused_mlp {
 namespace {
@@ -65,6 +68,36 @@ struct AlgoKeyHash {
   }
 };
 
+// Per thread like the plans: the algorithm chosen for each power-of-two bucket of M (see gemm_plan).
+std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash>& bucket_algorithms() {
+  thread_local std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> algos;
+  return algos;
+}
+
+// Products of at least this many multiply-adds have their heuristic's answers timed once (about 6 µs of
+// tensor-core work and up): on the H100 the heuristic's first answer lost by 3-10% to a later one on some of
+// the op's shapes (bench/RESULTS.md "Session 32"), while below this a choice is worth less than its timing.
+constexpr double kTuneMinMacs = 2.0 * 1024 * 1024 * 1024;
+constexpr int kTuneCandidates = 8;
+
+// FUSED_MLP_GEMM_TUNE: unset or 1 = time the answers, 0 = the heuristic's first answer always, log = time
+// them and print each choice to stderr.
+bool tuning_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSED_MLP_GEMM_TUNE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+bool tuning_log() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSED_MLP_GEMM_TUNE");
+    return v != nullptr && std::strcmp(v, "log") == 0;
+  }();
+  return on;
+}
+
 // Workspace cuBLASLt may ask for; the plan records what its algorithm really needs, and callers
 // allocate only that (most small problems need none).
 constexpr uint64_t kMaxWorkspaceBytes = 32u << 20;
@@ -79,6 +112,10 @@ struct GemmPlan {
   float beta = 0.f;
   bool has_bias = false;
   GemmShape shape;  // what it was planned for (gemm_run compares the call's real alignments with it)
+  // The heuristic's other answers that fit the same workspace, timed against `algo` on the plan's first
+  // uncaptured run (gemm_run) when the GEMM is large enough for the choice to matter; empty once decided.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  AlgoKey bucket;  // where the bucket's algorithm is remembered, so the timed choice serves the whole bucket
 };
 
 int alignment_of(const void* p) {
@@ -153,11 +190,12 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   // One heuristic query per power-of-two bucket of M: the algorithm found for the first M of a bucket is
   // checked (cublasLtMatmulAlgoCheck) and reused for the bucket's other sizes, so a stream of new batch
   // sizes neither queries nor loads new kernels per size. Only a failed check queries again.
-  thread_local std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> bucket_algos;
+  auto& bucket_algos = bucket_algorithms();
   AlgoKey bucket = key;
   bucket.m = 1;
   while (bucket.m < g.m) bucket.m *= 2;
   cublasLtMatmulHeuristicResult_t result;
+  plan.bucket = bucket;
   const auto known = bucket_algos.find(bucket);
   if (known != bucket_algos.end() &&
       cublasLtMatmulAlgoCheck(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, &known->second, &result) ==
@@ -176,14 +214,21 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+  const bool tune = tuning_enabled() && !g.accumulate &&
+                    static_cast<double>(g.m) * g.n * g.k * g.batch >= kTuneMinMacs;
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates];
   int found = 0;
-  check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref, 1,
-                                              &result, &found), "heuristic");
+  check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref,
+                                              tune ? kTuneCandidates : 1, results, &found), "heuristic");
   cublasLtMatmulPreferenceDestroy(pref);
   STD_TORCH_CHECK(found > 0, "fused_mlp: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
                   " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
-  plan.algo = result.algo;
-  plan.workspace = result.workspaceSize;
+  plan.algo = results[0].algo;
+  plan.workspace = results[0].workspaceSize;
+  // Only answers within the first one's workspace: callers reserve what the plan reports before its first run.
+  for (int i = 1; i < found; ++i)
+    if (results[i].workspaceSize <= plan.workspace) plan.candidates.push_back(results[i].algo);
+  plan.bucket = bucket;
   bucket_algos[bucket] = plan.algo;
   return &plans.emplace(key, plan).first->second;
 }
@@ -197,6 +242,83 @@ size_t gemm_workspace_bytes(const GemmPlan* plan) { return plan->workspace ? pla
 
 namespace {
 bool below(const void* p, int align) { return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(align - 1)) != 0; }
+
+// Bytes spanned by a (batched) row-major matrix of rows x cols elements.
+uintptr_t span_bytes(long long rows, long long cols, int batch, long long stride, size_t elem) {
+  return static_cast<uintptr_t>((batch - 1) * stride + rows * cols) * elem;
+}
+
+bool overlap(const void* p, uintptr_t np, const void* q, uintptr_t nq) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return a < b + nq && b < a + np;
+}
+
+// Times the plan's algorithm against its other candidates on this call's own operands (out is written by
+// every candidate and by the real run after it: beta = 0, and out overlaps no input) and keeps the fastest,
+// for this plan and its M bucket. A candidate must beat the heuristic's answer by 3% (timing noise on a busy
+// GPU is about that). Skipped, and tried again on the next run, while the stream is being captured; any CUDA
+// error during timing leaves the heuristic's answer in place.
+void choose_by_timing(GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
+                      cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return;
+  }
+  std::vector<cublasLtMatmulAlgo_t> algos = {plan->algo};
+  algos.insert(algos.end(), plan->candidates.begin(), plan->candidates.end());
+  plan->candidates.clear();
+  const GemmShape& g = plan->shape;
+  const size_t elem = g.dtype == ScalarType::Float ? 4 : 2;
+  const uintptr_t out_bytes = span_bytes(g.m, g.n, g.batch, g.stride_out, elem);
+  if (overlap(out, out_bytes, a, span_bytes(g.m, g.k, g.batch, g.stride_a, elem)) ||
+      overlap(out, out_bytes, b, span_bytes(g.k, g.n, g.batch, g.stride_b, elem)) ||
+      (plan->has_bias && overlap(out, out_bytes, bias, span_bytes(1, g.n, 1, 0, elem))))
+    return;
+  // Rounds over every candidate in turn (the GPU's clocks drift with heat); per candidate one untimed call
+  // first, so the timed calls queue behind it and the events time GPU work, not the first launch.
+  constexpr int kRounds = 3, kCalls = 10;
+  std::vector<std::vector<float>> ms(algos.size());
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool ok = cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
+  const float alpha = 1.f;
+  auto call = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(lt_handle(), plan->op, &alpha, b, plan->la, a, plan->lb, &plan->beta, out, plan->lc, out,
+                          plan->lc, &algo, workspace, plan->workspace, stream) == CUBLAS_STATUS_SUCCESS;
+  };
+  for (int r = 0; ok && r < kRounds; ++r) {
+    for (size_t i = 0; ok && i < algos.size(); ++i) {
+      ok = call(algos[i]) && cudaEventRecord(start, stream) == cudaSuccess;
+      for (int c = 0; ok && c < kCalls; ++c) ok = call(algos[i]);
+      float t = 0.f;
+      ok = ok && cudaEventRecord(stop, stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess &&
+           cudaEventElapsedTime(&t, start, stop) == cudaSuccess;
+      ms[i].push_back(t * 1000.f / kCalls);
+    }
+  }
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  if (!ok) {
+    cudaGetLastError();
+    return;
+  }
+  std::vector<float> median(algos.size());
+  for (size_t i = 0; i < algos.size(); ++i) {
+    std::sort(ms[i].begin(), ms[i].end());
+    median[i] = ms[i][ms[i].size() / 2];
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < algos.size(); ++i)
+    if (median[i] < 0.97f * median[0] && median[i] < median[best]) best = i;
+  if (tuning_log()) {
+    std::fprintf(stderr, "fused_mlp: cuBLASLt M=%lld N=%lld K=%lld batch=%d epilogue=%d: µs per answer",
+                 g.m, g.n, g.k, g.batch, static_cast<int>(g.epi));
+    for (size_t i = 0; i < algos.size(); ++i) std::fprintf(stderr, " %.2f", median[i]);
+    std::fprintf(stderr, "; keeps answer %zu\n", best);
+  }
+  plan->algo = algos[best];
+  bucket_algorithms()[plan->bucket] = plan->algo;
+}
 }  // namespace
 
 void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
@@ -222,6 +344,7 @@ void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, con
   if (plan->has_bias) {
     check_status(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias");
   }
+  if (!plan->candidates.empty()) choose_by_timing(const_cast<GemmPlan*>(plan), a, b, out, bias, workspace, stream);
   const float alpha = 1.f;
   check_status(cublasLtMatmul(lt_handle(), plan->op, &alpha, b, plan->la, a, plan->lb, &plan->beta, out, plan->lc,
                               out, plan->lc, &plan->algo, workspace, plan->workspace, stream), "matmul");
