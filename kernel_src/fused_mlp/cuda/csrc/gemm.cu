@@ -3,6 +3,8 @@
 // first operand and the bias (length N) is per row of the column-major result, as cuBLASLt wants.
 #include "gemm.h"
 
+#include "elementwise.h"
+
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -48,6 +50,7 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
     case Epilogue::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
     case Epilogue::GeluTanh: return CUBLASLT_EPILOGUE_GELU;
     case Epilogue::GeluTanhBias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case Epilogue::BiasGrad: return CUBLASLT_EPILOGUE_BGRADB;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
@@ -110,7 +113,8 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo;
   size_t workspace = 0;
   float beta = 0.f;
-  bool has_bias = false;
+  bool has_bias = false;  // a bias pointer: the Bias epilogues' input, BiasGrad's output
+  bool usable = true;     // false: cuBLASLt had no algorithm (gemm_try_plan returns null)
   GemmShape shape;  // what it was planned for (gemm_run compares the call's real alignments with it)
   // The heuristic's other answers that fit the same workspace, timed against `algo` on the plan's first
   // uncaptured run (gemm_run) when the GEMM is large enough for the choice to matter; empty once decided.
@@ -136,6 +140,13 @@ Epilogue epilogue_for(Act act, bool has_bias, bool* fused) {
 }
 
 const GemmPlan* gemm_plan(const GemmShape& g) {
+  const GemmPlan* p = gemm_try_plan(g);
+  STD_TORCH_CHECK(p != nullptr, "fused_mlp: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
+                  " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
+  return p;
+}
+
+const GemmPlan* gemm_try_plan(const GemmShape& g) {
   // Column-major view: C'[N,M] = op(B')[N,K] op(A')[K,M]; B' is b's buffer, A' is a's.
   const cudaDataType_t dt = cuda_type(g.dtype);
   int device = 0;
@@ -154,11 +165,14 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
   // Per thread, so the bias pointer set on a cached descriptor in gemm_run never races another thread.
   thread_local std::unordered_map<AlgoKey, GemmPlan, AlgoKeyHash> plans;
   auto it = plans.find(key);
-  if (it != plans.end()) return &it->second;
+  if (it != plans.end()) return it->second.usable ? &it->second : nullptr;
   GemmPlan plan;
   plan.shape = g;
   plan.beta = g.accumulate ? 1.f : 0.f;
-  plan.has_bias = g.epi == Epilogue::Bias || g.epi == Epilogue::ReluBias || g.epi == Epilogue::GeluTanhBias;
+  plan.has_bias = g.epi == Epilogue::Bias || g.epi == Epilogue::ReluBias || g.epi == Epilogue::GeluTanhBias ||
+                  g.epi == Epilogue::BiasGrad;
+  STD_TORCH_CHECK(g.epi != Epilogue::BiasGrad || (g.trans_a && !g.accumulate),
+                  "fused_mlp: a bias-gradient GEMM reads a stored [K, M] and writes a fresh output");
   const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B' is [N,K] or [K,N]
   const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A' is [K,M] or [M,K]
   check_status(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -218,11 +232,15 @@ const GemmPlan* gemm_plan(const GemmShape& g) {
                     static_cast<double>(g.m) * g.n * g.k * g.batch >= kTuneMinMacs;
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates];
   int found = 0;
-  check_status(cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc, pref,
-                                              tune ? kTuneCandidates : 1, results, &found), "heuristic");
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle(), plan.op, plan.la, plan.lb, plan.lc, plan.lc,
+                                                           pref, tune ? kTuneCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  STD_TORCH_CHECK(found > 0, "fused_mlp: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
-                  " dtype=", torch::headeronly::toString(g.dtype), " epilogue=", static_cast<int>(g.epi));
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    plan.usable = false;  // remembered, so the next call does not ask again
+    plans.emplace(key, plan);
+    return nullptr;
+  }
+  check_status(st, "heuristic");
   plan.algo = results[0].algo;
   plan.workspace = results[0].workspaceSize;
   // Only answers within the first one's workspace: callers reserve what the plan reports before its first run.
@@ -273,7 +291,8 @@ void choose_by_timing(GemmPlan* plan, const void* a, const void* b, void* out, c
   const uintptr_t out_bytes = span_bytes(g.m, g.n, g.batch, g.stride_out, elem);
   if (overlap(out, out_bytes, a, span_bytes(g.m, g.k, g.batch, g.stride_a, elem)) ||
       overlap(out, out_bytes, b, span_bytes(g.k, g.n, g.batch, g.stride_b, elem)) ||
-      (plan->has_bias && overlap(out, out_bytes, bias, span_bytes(1, g.n, 1, 0, elem))))
+      (plan->has_bias &&
+       overlap(out, out_bytes, bias, span_bytes(1, g.epi == Epilogue::BiasGrad ? g.m : g.n, 1, 0, elem))))
     return;
   // Rounds over every candidate in turn (the GPU's clocks drift with heat); per candidate one untimed call
   // first, so the timed calls queue behind it and the events time GPU work, not the first launch.
@@ -333,7 +352,14 @@ void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, con
     if (plan->has_bias) real.align_bias = std::min(g.align_bias, alignment_of(bias));
     // Within the workspace the caller reserved for `plan` (a limit of 0 would mean the default).
     real.max_workspace = plan->workspace ? plan->workspace : 1;
-    plan = gemm_plan(real);
+    const GemmPlan* at_real = gemm_try_plan(real);
+    if (at_real == nullptr && real.epi == Epilogue::BiasGrad) {
+      real.epi = Epilogue::None;
+      gemm_run(gemm_plan(real), a, b, out, nullptr, workspace, stream);
+      column_sum(a, const_cast<void*>(bias), g.k, g.m, g.dtype, stream);  // a is dz [K, M]: db = its row sum
+      return;
+    }
+    plan = at_real ? at_real : gemm_plan(real);
   }
   if (plan->workspace) {
     const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);

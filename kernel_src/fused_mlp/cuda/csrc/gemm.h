@@ -5,8 +5,10 @@
 
 namespace fused_mlp {
 
-// What cuBLASLt applies after the product: nothing, +bias, and relu/gelu_tanh with or without bias.
-enum class Epilogue { None, Bias, Relu, ReluBias, GeluTanh, GeluTanhBias };
+// What cuBLASLt applies after the product: nothing, +bias, and relu/gelu_tanh with or without bias; or
+// BiasGrad: the bias pointer is an output that receives the sum over K of a (stored [K, M], trans_a): a
+// weight-gradient GEMM dW = dz^T x that also writes the bias gradient db = sum of dz's rows (cuBLASLt BGRADB).
+enum class Epilogue { None, Bias, Relu, ReluBias, GeluTanh, GeluTanhBias, BiasGrad };
 
 // The epilogue that computes act(z + bias) inside the GEMM, or Bias/None when the activation must
 // run as a separate kernel (gelu with erf, silu). `fused` tells which case it is.
@@ -34,12 +36,17 @@ struct GemmPlan;  // cached descriptors + the chosen algorithm, one per (shape, 
 
 // The cached plan of `shape` on the current device; planning is host-only and happens once per shape.
 const GemmPlan* gemm_plan(const GemmShape& shape);
+// The same, or null when cuBLASLt has no algorithm for it (an epilogue it does not offer for this shape,
+// dtype or alignment): the caller runs it another way.
+const GemmPlan* gemm_try_plan(const GemmShape& shape);
 // Workspace bytes to reserve for the plan: what its algorithm needs (0 for most small problems), plus room
 // to align the pointer to the 256 bytes cuBLASLt requires.
 size_t gemm_workspace_bytes(const GemmPlan* plan);
-// Run the planned GEMM; `workspace` holds gemm_workspace_bytes(plan) bytes (may be null when 0). A pointer
+// Run the planned GEMM; `bias` is the Bias epilogues' input (N elements) or BiasGrad's output (M), `workspace`
+// holds gemm_workspace_bytes(plan) bytes (may be null when 0). A pointer
 // less aligned than the plan assumed (a fresh buffer from an allocator that does not align blocks to
-// kFreshAlign) runs a plan for its real alignment within the same workspace instead.
+// kFreshAlign) runs a plan for its real alignment within the same workspace instead (for BiasGrad, if cuBLASLt
+// offers none at that alignment: the plain product and a column-sum kernel).
 void gemm_run(const GemmPlan* plan, const void* a, const void* b, void* out, const void* bias, void* workspace,
               cudaStream_t stream);
 

@@ -318,9 +318,18 @@ class BackwardGemms {
     bytes_ = std::max(bytes_, gemm_workspace_bytes(p));
     return p;
   }
+  // The weight gradient dW[M,N] = a^T b (a stored [K, M]) that also writes the bias gradient (the row sum of
+  // a) into run's `bias`; null where cuBLASLt has no such algorithm (the caller sums separately).
+  const GemmPlan* plan_with_bias_grad(long long m, long long n, long long k, int align_a, int align_b) {
+    const GemmPlan* p = gemm_try_plan({m, n, k, true, false, false, Epilogue::BiasGrad, dt_, align_a, align_b,
+                                       kFreshAlign, kFreshAlign});
+    if (p) bytes_ = std::max(bytes_, gemm_workspace_bytes(p));
+    return p;
+  }
   void reserve(Scratch& s) { at_ = s.reserve(bytes_); }
-  void run(const GemmPlan* p, const Scratch& s, const void* a, const void* b, void* out, cudaStream_t stream) const {
-    gemm_run(p, a, b, out, nullptr, s.at(at_), stream);
+  void run(const GemmPlan* p, const Scratch& s, const void* a, const void* b, void* out, cudaStream_t stream,
+           void* bias_grad = nullptr) const {
+    gemm_run(p, a, b, out, bias_grad, s.at(at_), stream);
   }
 
  private:
@@ -363,6 +372,7 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
   struct Layer {
     int dz, din;
     const GemmPlan *dw, *dx;
+    bool db_in_dw;   // the dW GEMM also writes db (cuBLASLt's BGRADB epilogue): no column-sum launch
     LinearPlan pre;  // recomputed pre-activation (acts other than none/relu)
   };
   std::vector<Layer> plan(layers);
@@ -380,7 +390,9 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
     if (acts[i] != Act::None && acts[i] != Act::Relu)
       l.pre = plan_linear(c, m, w[i].rows, w[i].cols, Act::None, has_bias, dt, alignment_of(in.ptr()),
                           alignment_of(w[i].ptr()), alignment_of(ptr_of(b[i])), s);
-    l.dw = gemms.plan(w[i].rows, w[i].cols, m, true, false, false, align_dz, alignment_of(in.ptr()), kFreshAlign);
+    l.dw = has_bias ? gemms.plan_with_bias_grad(w[i].rows, w[i].cols, m, align_dz, alignment_of(in.ptr())) : nullptr;
+    l.db_in_dw = l.dw != nullptr;
+    if (!l.dw) l.dw = gemms.plan(w[i].rows, w[i].cols, m, true, false, false, align_dz, alignment_of(in.ptr()), kFreshAlign);
     l.dx = gemms.plan(m, w[i].cols, w[i].rows, false, false, false, align_dz, alignment_of(w[i].ptr()), kFreshAlign);
     g = l.din;
   }
@@ -411,8 +423,9 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
       run_linear(l.pre, c, s, in.ptr(), w[i].ptr(), ptr_of(b[i]), pre);
       act_backward(grad, pre, dz, m * n, acts[i], dt, c.stream);
     }
-    gemms.run(l.dw, s, dz, in.ptr(), result[1 + i].mutable_data_ptr(), c.stream);
-    if (has_bias) column_sum(dz, result[1 + layers + i].mutable_data_ptr(), m, n, dt, c.stream);
+    void* db = has_bias ? result[1 + layers + i].mutable_data_ptr() : nullptr;
+    gemms.run(l.dw, s, dz, in.ptr(), result[1 + i].mutable_data_ptr(), c.stream, l.db_in_dw ? db : nullptr);
+    if (has_bias && !l.db_in_dw) column_sum(dz, db, m, n, dt, c.stream);
     gemms.run(l.dx, s, dz, w[i].ptr(), at(l.din), c.stream);
   }
   return result;
