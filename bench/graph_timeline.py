@@ -4,7 +4,7 @@ before it, from the CUDA profiler's trace of a graph replay. Complements profile
 two variants agree but their graph times do not, the difference is in nodes that are not kernels or between them.
 
     python bench/graph_timeline.py --variant-dir DIR=stable-abi --variant-dir DIR2=torch-cuda --op gated --rows 8192 \\
-        --mode train [--cublaslt] [--json OUT.json]
+        --mode train [--compile] [--cublaslt] [--repeats 1,3,20] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-import bench_ops
 import harness
+import profile_step
 
-from registry.client.workloads import Workload, api_forward, as_call, make_inputs
+from registry.client.workloads import as_call
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 REPEAT = 3  # calls per graph; the middle one is reported (its neighbours make its start and end steady)
@@ -66,13 +66,7 @@ def timeline(call, repeat: int = REPEAT) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--op", choices=("gated", "mlp", "act_and_mul"), default="gated")
-    parser.add_argument("--rows", type=int, default=8192)
-    parser.add_argument("--mode", choices=("train", "infer"), default="train")
-    parser.add_argument(
-        "--cublaslt", action="store_true", help="also bench_ops' cuBLASLt-epilogue anchor (mlp inference)"
-    )
+    profile_step.add_workload_args(parser)
     parser.add_argument(
         "--repeats",
         default="",
@@ -80,13 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write the timelines here")
     args = parser.parse_args(argv)
-    w = Workload(args.op, args.rows, train=args.mode == "train")
-    a = make_inputs(w, torch.bfloat16)
-    forwards = {
-        label: (lambda k=kernel: api_forward(w, a, k)) for label, kernel in harness.load_kernels(args).items()
-    }
-    if args.cublaslt and bench_ops.cublaslt_forward(w, a) is not None:
-        forwards["cublaslt_epilogue"] = lambda: bench_ops.cublaslt_forward(w, a)
+    w, a, forwards = profile_step.workload_forwards(args)
     report = {"workload": w.name, "environment": harness.environment(), "timelines": {}}
     for label, forward in forwards.items():
         call = as_call(w, a, forward)

@@ -23,21 +23,25 @@ import harness
 from registry.client.workloads import Workload, api_forward, as_call, make_inputs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """Which kernels to load and which bench_ops workload to run, with the anchors to run beside them (shared
+    with graph_timeline.py)."""
     harness.add_loading_args(parser)
     parser.add_argument("--op", choices=("gated", "mlp", "act_and_mul"), default="gated")
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--mode", choices=("train", "infer"), default="train")
     parser.add_argument(
-        "--compile", action="store_true", help="also profile torch.compile of the eager forward"
+        "--compile", action="store_true", help="also torch.compile of bench_ops' eager forward"
     )
     parser.add_argument(
         "--cublaslt",
         action="store_true",
-        help="also profile bench_ops' cuBLASLt-epilogue anchor (torch._addmm_activation; mlp inference only)",
+        help="also bench_ops' cuBLASLt-epilogue anchor (torch._addmm_activation; mlp inference only)",
     )
-    args = parser.parse_args(argv)
+
+
+def workload_forwards(args: argparse.Namespace) -> tuple[Workload, dict, dict]:
+    """(workload, its bf16 inputs, {label: forward}) for every loaded kernel and each anchor asked for."""
     w = Workload(args.op, args.rows, train=args.mode == "train")
     a = make_inputs(w, torch.bfloat16)
     forwards = {
@@ -47,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         forwards["compile"] = torch.compile(lambda: bench_ops.eager_forward(w, a), dynamic=False)
     if args.cublaslt and bench_ops.cublaslt_forward(w, a) is not None:
         forwards["cublaslt_epilogue"] = lambda: bench_ops.cublaslt_forward(w, a)
+    return w, a, forwards
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_workload_args(parser)
+    args = parser.parse_args(argv)
+    w, a, forwards = workload_forwards(args)
     for label, forward in forwards.items():
         call = as_call(w, a, forward)
         for _ in range(3):
