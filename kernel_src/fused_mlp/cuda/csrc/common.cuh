@@ -138,6 +138,9 @@ inline void dispatch_float_types(ScalarType t, const char* op, Fn&& fn) {
   }
 }
 
+// Bytes per element of the float types the kernels take (float32: 4; float16, bfloat16: 2).
+inline size_t element_bytes(ScalarType t) { return t == ScalarType::Float ? 4 : 2; }
+
 inline void check_cuda_tensor(const Tensor& t, const char* op, const char* name) {
   STD_TORCH_CHECK(t.is_cuda(), "fused_mlp.", op, ": `", name,
                   "` is not on a CUDA device; the cuda backend needs CUDA tensors");

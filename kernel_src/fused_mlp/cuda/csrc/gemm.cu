@@ -83,22 +83,16 @@ std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash>& bucket_algorithm
 constexpr double kTuneMinMacs = 2.0 * 1024 * 1024 * 1024;
 constexpr int kTuneCandidates = 8;
 
-// FUSED_MLP_GEMM_TUNE: unset or 1 = time the answers, 0 = the heuristic's first answer always, log = time
-// them and print each choice to stderr.
-bool tuning_enabled() {
-  static const bool on = [] {
+// FUSED_MLP_GEMM_TUNE, read once: unset or 1 = time the answers, 0 = the heuristic's first answer always,
+// log = time them and print each choice to stderr.
+enum class Tuning { Off, On, Log };
+Tuning tuning() {
+  static const Tuning t = [] {
     const char* v = std::getenv("FUSED_MLP_GEMM_TUNE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    if (v == nullptr) return Tuning::On;
+    return std::strcmp(v, "0") == 0 ? Tuning::Off : std::strcmp(v, "log") == 0 ? Tuning::Log : Tuning::On;
   }();
-  return on;
-}
-
-bool tuning_log() {
-  static const bool on = [] {
-    const char* v = std::getenv("FUSED_MLP_GEMM_TUNE");
-    return v != nullptr && std::strcmp(v, "log") == 0;
-  }();
-  return on;
+  return t;
 }
 
 // Workspace cuBLASLt may ask for; the plan records what its algorithm really needs, and callers
@@ -228,7 +222,7 @@ const GemmPlan* gemm_try_plan(const GemmShape& g) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
-  const bool tune = tuning_enabled() && !g.accumulate &&
+  const bool tune = tuning() != Tuning::Off && !g.accumulate &&
                     static_cast<double>(g.m) * g.n * g.k * g.batch >= kTuneMinMacs;
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates];
   int found = 0;
@@ -246,7 +240,6 @@ const GemmPlan* gemm_try_plan(const GemmShape& g) {
   // Only answers within the first one's workspace: callers reserve what the plan reports before its first run.
   for (int i = 1; i < found; ++i)
     if (results[i].workspaceSize <= plan.workspace) plan.candidates.push_back(results[i].algo);
-  plan.bucket = bucket;
   bucket_algos[bucket] = plan.algo;
   return &plans.emplace(key, plan).first->second;
 }
@@ -287,7 +280,7 @@ void choose_by_timing(GemmPlan* plan, const void* a, const void* b, void* out, c
   algos.insert(algos.end(), plan->candidates.begin(), plan->candidates.end());
   plan->candidates.clear();
   const GemmShape& g = plan->shape;
-  const size_t elem = g.dtype == ScalarType::Float ? 4 : 2;
+  const size_t elem = element_bytes(g.dtype);
   const uintptr_t out_bytes = span_bytes(g.m, g.n, g.batch, g.stride_out, elem);
   if (overlap(out, out_bytes, a, span_bytes(g.m, g.k, g.batch, g.stride_a, elem)) ||
       overlap(out, out_bytes, b, span_bytes(g.k, g.n, g.batch, g.stride_b, elem)) ||
@@ -329,7 +322,7 @@ void choose_by_timing(GemmPlan* plan, const void* a, const void* b, void* out, c
   size_t best = 0;
   for (size_t i = 1; i < algos.size(); ++i)
     if (median[i] < 0.97f * median[0] && median[i] < median[best]) best = i;
-  if (tuning_log()) {
+  if (tuning() == Tuning::Log) {
     std::fprintf(stderr, "fused_mlp: cuBLASLt M=%lld N=%lld K=%lld batch=%d epilogue=%d: µs per answer",
                  g.m, g.n, g.k, g.batch, static_cast<int>(g.epi));
     for (size_t i = 0; i < algos.size(); ++i) std::fprintf(stderr, " %.2f", median[i]);

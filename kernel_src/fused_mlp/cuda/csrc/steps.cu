@@ -162,8 +162,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   }
   p.cubin = nullptr;
   p.impl = Impl::Split;
-  const size_t elem = dtype == ScalarType::Float ? 4 : 2;
-  const size_t bytes = static_cast<size_t>(m * i) * elem;
+  const size_t bytes = static_cast<size_t>(m * i) * element_bytes(dtype);
   // g, u: the gu planes (plane 1 is M*I elements after a fresh, kFreshAlign-aligned plane 0) or two scratch regions
   const int align_u = store_gu ? alignment_of(reinterpret_cast<const void*>(bytes)) : kFreshAlign;
   if (!store_gu) {
@@ -192,7 +191,7 @@ void run_gate_up(const GateUpPlan& p, const Ctx& c, const Scratch& s, const void
     launch_cubin(t, p.programs, args, 11, nullptr, c.stream, "gated_mlp");
     return;
   }
-  const size_t plane = static_cast<size_t>(p.m * p.i) * (p.dtype == ScalarType::Float ? 4 : 2);
+  const size_t plane = static_cast<size_t>(p.m * p.i) * element_bytes(p.dtype);
   void* g = p.store_gu ? gu : s.at(p.g_off);
   void* u = p.store_gu ? static_cast<char*>(gu) + plane : s.at(p.u_off);
   run_linear(p.gate, c, s, x, wg, nullptr, g);
