@@ -8,6 +8,7 @@
 // layer's weight slices and biases go global -> shared with cp.async when the kernel starts, one commit group
 // per layer, so a layer's weights wait in shared memory when the barrier before it opens.
 #include "chain.h"
+#include "warp_mma.cuh"
 
 #include <cooperative_groups.h>
 
@@ -21,7 +22,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileN = 8;    // output columns per tile: mma's N
-constexpr int kMaxDevices = 64;
 
 // Row pitch (elements) of a weight slice in shared memory: the row length padded to 32 mod 64 elements, so
 // the 16-byte reads of two adjacent rows by a quarter warp fall in different halves of the 32 banks.
@@ -43,51 +43,6 @@ struct ChainArgs {
   int m, count, red_off;  // red_off: the cross-warp reduction area
   LayerArgs l[kMaxChainLayers];
 };
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Wait until at most `pending` commit groups are in flight (the PTX takes an immediate).
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::); break;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                        uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma16816<__half>(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Copy this program's weight slices of layer L (tiles blockIdx.x, +grid, ...) into shared memory: 8 rows of
 // w per tile (then 8 of w_up when gated), rows slice_pitch(k) elements apart.
@@ -259,18 +214,6 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(const ChainArgs a) {
 }
 
 using KernelFn = void (*)(const ChainArgs);
-int smem_optin(int device) {
-  static std::atomic<int> cache[kMaxDevices] = {};
-  int v = cache[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-      cudaGetLastError();
-      v = -1;
-    }
-    cache[device].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
 
 // The chain kernel for (dtype, row tiles): its host stub and its function on `device`, prepared once per
 // (kernel, device) with its dynamic shared-memory limit raised to the device's opt-in maximum.
