@@ -35,7 +35,7 @@ LAUNCH_SIGNATURES = {
     "tma_gemm_kernel": "ptr ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
     "tma_gate_up_kernel": "ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
 }
-STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2, "chain": 3}
+STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2, "chain": 3, "chain_backward": 4}
 OP_CODES = {
     "linear": 0,
     "mlp": 1,

@@ -20,7 +20,10 @@ PATHS = embed_cubins.load_paths(PACKAGE)
 
 def test_path_table_is_well_formed():
     assert set(PATHS.STEPS) == set(PATHS.IMPLS) == set(PATHS.FALLBACK)
-    assert {s for s, _ in PATHS.TRITON_KERNELS} == set(PATHS.STEPS) - {"chain"}  # chain runs CUDA C++ only
+    assert {s for s, _ in PATHS.TRITON_KERNELS} == set(PATHS.STEPS) - {
+        "chain",
+        "chain_backward",
+    }  # CUDA C++ only
     assert set(PATHS.IMPLS) == set(embed_cubins.STEP_CODES)
     for step, impl in PATHS.FALLBACK.items():
         assert impl in PATHS.IMPLS[step] and (step, impl) not in PATHS.TRITON_KERNELS, (step, impl)

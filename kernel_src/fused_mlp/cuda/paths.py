@@ -5,8 +5,9 @@ Data only, read at build time: build/cuda/embed_cubins.py compiles this table in
 kernels in C++ with no Python per kernel. Stdlib only: the build reads it without importing torch.
 
 Steps: `linear` (every GEMM with a bias/activation epilogue: `linear`, each `mlp` layer, the gated
-down projection), `gate_up` (the gated MLP's act(x W_g^T) * (x W_u^T)), `act_and_mul`, and `chain` (the whole
-forward of `mlp` or `gated_mlp`: one persistent kernel, or its layers one by one through the other steps).
+down projection), `gate_up` (the gated MLP's act(x W_g^T) * (x W_u^T)), `act_and_mul`, `chain` (the whole
+forward of `mlp` or `gated_mlp`: one persistent kernel, or its layers one by one through the other steps) and
+`chain_backward` (the whole backward of `mlp` or `linear`: one persistent kernel, or cuBLASLt GEMMs per layer).
 Implementations:
 - `triton`: our portable Triton kernel, compiled ahead of time for the arch (fused epilogue; launched with
   programmatic dependent launch where its config says so). bf16/fp16, 16-byte aligned operands, sizes
@@ -21,8 +22,12 @@ Implementations:
 - `persistent`: the CUDA C++ chain kernel (csrc/chain.h): every layer in one cooperative launch, each
   program's slices of all the weights copied to shared memory at its start, a grid barrier between layers.
   bf16/fp16, 1-64 rows, at most 8 layers, every layer's out dim a multiple of 8 and in dim of 16, 16-byte
-  aligned operands, and the slices must fit in shared memory; else `layers`.
-- `layers`: each layer as its own steps (the `linear` / `gate_up` rows decide how).
+  aligned operands, and the slices must fit in shared memory; else `layers`. For `chain_backward`, the CUDA C++
+  backward kernel (csrc/chain_backward.cu): per layer dX and dW (+ the bias gradient) in one cooperative launch,
+  a grid barrier between layers; bf16/fp16, 1-64 rows, at most 8 layers, acts none/relu, every dim a multiple
+  of 16, 16-byte aligned operands; else `layers`.
+- `layers`: each layer as its own steps (the `linear` / `gate_up` rows decide how); for `chain_backward`, each
+  layer's dW and dX GEMMs on cuBLASLt (the bias gradient in the dW GEMM) and the activation's derivative.
 FALLBACK names what runs when the chosen implementation cannot take a call (fp32, misaligned, no cubin).
 
 Two tables, because two things decide what is fastest:
@@ -40,15 +45,22 @@ wins. An arch without an entry uses "default". Numbers behind each choice: bench
 
 from __future__ import annotations
 
-STEPS = ("linear", "gate_up", "act_and_mul", "chain")
+STEPS = ("linear", "gate_up", "act_and_mul", "chain", "chain_backward")
 OPS = ("linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train")
 IMPLS = {
     "linear": ("triton", "tma", "cublaslt"),
     "gate_up": ("triton", "tma", "split"),
     "act_and_mul": ("triton", "cuda"),
     "chain": ("persistent", "layers"),
+    "chain_backward": ("persistent", "layers"),
 }
-FALLBACK = {"linear": "cublaslt", "gate_up": "split", "act_and_mul": "cuda", "chain": "layers"}
+FALLBACK = {
+    "linear": "cublaslt",
+    "gate_up": "split",
+    "act_and_mul": "cuda",
+    "chain": "layers",
+    "chain_backward": "layers",
+}
 # The Triton kernel (fused_mlp.triton) and its shipped role (aot_build.ShippedRow.role) behind each
 # (step, implementation) that runs Triton cubins. The build embeds every one of them that the arch's AOT
 # build ships, for every arch with rows of its own here, so `cuda_set_path` can force any of them
@@ -87,6 +99,8 @@ PATHS: dict[str, dict[str, Rows]] = {
         # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
         # falls back: 384 tiles of 8 columns exceed the kernel's 2 per SM at 17-32 rows).
         "chain": ((64, "persistent"), (None, "layers")),
+        # Not chosen until measured on a GPU (bench_paths --steps chain_backward): tests and benchmarks force it.
+        "chain_backward": ((None, "layers"),),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
     "default": {
@@ -94,6 +108,7 @@ PATHS: dict[str, dict[str, Rows]] = {
         "gate_up": ((None, "split"),),
         "act_and_mul": ((None, "cuda"),),
         "chain": ((None, "layers"),),
+        "chain_backward": ((None, "layers"),),
     },
 }
 
@@ -125,6 +140,7 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
         # 12.8 vs 9.9 (8 copies: 103 vs 100): its K=3072 down projection reads all of h in each of 96 programs.
         "mlp/chain": ((16, "persistent"), (None, "layers")),
         "chain": ((1, "persistent"), (None, "layers")),
+        "chain_backward": ((None, "layers"),),
     },
 }
 

@@ -40,4 +40,39 @@ ChainPlan plan_chain(const Ctx& c, long long m, const ChainLayer* layers, int co
 void run_chain(const ChainPlan& p, const Ctx& c, const void* x, long long m, const ChainLayer* layers, int count,
                ScalarType dtype);
 
+// ---- backward -------------------------------------------------------------------------------------------
+// The whole backward of a small-batch `mlp` / `linear` (layers out_i = act_i(in_i w_i^T + b_i), act none or
+// relu) in ONE persistent kernel: per layer, from the last, every program computes its 8-column tiles of
+// d in_i = dz_i w_i (relu' of the previous layer's saved output applied as it stores: that is dz_{i-1}) and
+// its 64x128 tiles of dW_i = dz_i^T in_i with the bias gradient, and a grid barrier separates the layers.
+// Each program's column slices of every w_i go to shared memory when it starts. It replaces 2-3 launches
+// per layer (cuBLASLt dW and dX GEMMs, the relu mask), which is what a host-bound training step pays.
+
+// One layer's backward. Pointers may be set after planning.
+struct ChainBackwardLayer {
+  const void* w = nullptr;   // [n, k]
+  const void* in = nullptr;  // [M, k]: x, or the previous layer's output
+  const void* out = nullptr; // [M, n]: this layer's saved output (relu' when act is relu)
+  void* dz = nullptr;        // [M, n] scratch for dz (the last layer's gradient when act is none: unused)
+  void* dw = nullptr;        // [n, k]
+  void* db = nullptr;        // [n], or null without a bias
+  long long n = 0, k = 0;
+  Act act = Act::None;
+};
+
+struct ChainBackwardPlan {
+  bool run = false;  // the persistent kernel takes this call; else the op runs its GEMMs layer by layer
+  int grid = 0, m_tiles = 0;
+  size_t smem = 0;
+};
+
+// Whether the path table (step `chain_backward`) sends this call to the persistent kernel and it can take
+// it: bf16/fp16, M <= kMaxChainRows, at most kMaxChainLayers layers, acts none/relu, every n and k a multiple
+// of 16, 16-byte aligned operands (dy: `align_dy`), and every program's weight slices fit in shared memory.
+ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
+                                      ScalarType dtype, int align_dy);
+// Run it: dy the last layer's output gradient, dx [M, k_0] the input gradient; every layer's dw (and db).
+void run_chain_backward(const ChainBackwardPlan& p, const Ctx& c, const void* dy, void* dx, long long m,
+                        const ChainBackwardLayer* layers, int count, ScalarType dtype);
+
 }  // namespace fused_mlp

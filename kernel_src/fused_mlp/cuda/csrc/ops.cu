@@ -362,6 +362,39 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
     }
     return result;
   }
+  auto allocate_results = [&] {
+    result[0] = new_rows(x, x.cols).t;
+    for (size_t i = 0; i < layers; ++i) {
+      result[1 + i] = empty_on(w[i].t, {w[i].rows, w[i].cols});
+      result[1 + layers + i] = empty_on(w[i].t, {has_bias ? w[i].rows : 0});
+    }
+  };
+  // Small batches: the whole backward in one persistent kernel (chain.h) where the path table says so and it
+  // can take the call (not with gradients flowing into hidden outputs: that is the layer-by-layer path's add).
+  bool hidden_grads = false;
+  for (const Tensor& h : hidden) hidden_grads = hidden_grads || h.numel() > 0;
+  if (!hidden_grads && layers <= static_cast<size_t>(kMaxChainLayers)) {
+    ChainBackwardLayer cb[kMaxChainLayers];
+    for (size_t i = 0; i < layers; ++i)
+      cb[i] = {w[i].ptr(), (i == 0 ? x : outs[i - 1]).ptr(), outs[i].ptr(), nullptr, nullptr, nullptr,
+               w[i].rows, w[i].cols, acts[i]};
+    const int count = static_cast<int>(layers);
+    const ChainBackwardPlan fused = plan_chain_backward(c, m, cb, count, dt, alignment_of(dy.ptr()));
+    if (fused.run) {
+      Scratch s;
+      size_t dz_at[kMaxChainLayers];
+      for (size_t i = 0; i < layers; ++i) dz_at[i] = s.reserve(static_cast<size_t>(m * w[i].rows) * x.t.element_size());
+      allocate_results();
+      s.allocate(x.t);
+      for (size_t i = 0; i < layers; ++i) {
+        cb[i].dz = s.at(dz_at[i]);
+        cb[i].dw = result[1 + i].mutable_data_ptr();
+        cb[i].db = has_bias ? result[1 + layers + i].mutable_data_ptr() : nullptr;
+      }
+      run_chain_backward(fused, c, dy.ptr(), result[0].mutable_data_ptr(), m, cb, count, dt);
+      return result;
+    }
+  }
   int64_t width = 0;
   bool recompute = false;
   for (size_t i = 0; i < layers; ++i) {
@@ -397,11 +430,7 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
     g = l.din;
   }
   gemms.reserve(s);
-  result[0] = new_rows(x, x.cols).t;
-  for (size_t i = 0; i < layers; ++i) {
-    result[1 + i] = empty_on(w[i].t, {w[i].rows, w[i].cols});
-    result[1 + layers + i] = empty_on(w[i].t, {has_bias ? w[i].rows : 0});
-  }
+  allocate_results();
   s.allocate(x.t);
   auto at = [&](int where) -> void* {
     return where == 2 ? result[0].mutable_data_ptr() : where < 0 ? const_cast<void*>(dy.ptr()) : s.at(region[where]);
@@ -548,7 +577,7 @@ std::vector<Tensor> act_and_mul_backward_op(Tensor grad, Tensor gate, Tensor up,
 
 // ---- implementation paths (benchmarks and tests) ---------------------------------------------------------
 
-const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul", "chain"};
+const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul", "chain", "chain_backward"};
 const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda", "tma", "persistent", "layers"};
 
 int index_of(const char* const* names, int n, const std::string& name, const char* what) {
@@ -560,7 +589,7 @@ int index_of(const char* const* names, int n, const std::string& name, const cha
 
 // Force `step` to `impl` ("table": back to the path table) for later calls; returns the previous setting.
 std::string set_path(std::string step, std::string impl) {
-  const int s = index_of(kStepNames, kNumSteps, step, "step (use linear, gate_up, act_and_mul or chain)");
+  const int s = index_of(kStepNames, kNumSteps, step, "step (use linear, gate_up, act_and_mul, chain or chain_backward)");
   const int i = impl == "table" ? -1 : index_of(kImplNames, kNumImpls, impl, "implementation");
   const int before = set_path_override(static_cast<Step>(s), i);
   return before < 0 ? "table" : kImplNames[before];
@@ -576,7 +605,7 @@ std::string build_info(int64_t device) {
                     std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
                     ", \"sm\": " + std::to_string(sm) + ", \"paths\": {";
   const char* const op_names[] = {"linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train"};
-  const int steps_of[][3] = {{0, -1, -1}, {3, 0, -1}, {3, 1, 0}, {2, -1, -1}, {3, 1, 0}};  // the steps each op runs
+  const int steps_of[][3] = {{0, 4, -1}, {3, 0, 4}, {3, 1, 0}, {2, -1, -1}, {3, 1, 0}};  // the steps each op runs
   bool first_key = true;
   for (int o = 0; o < 5; ++o) {
     for (const int s : steps_of[o]) {

@@ -27,7 +27,7 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int kMaxArgs = 16;
 
-std::atomic<int> g_override[kNumSteps] = {-1, -1, -1, -1};
+std::atomic<int> g_override[kNumSteps] = {-1, -1, -1, -1, -1};
 
 struct Loaded {
   std::atomic<cudaKernel_t> kernel{nullptr};
@@ -84,8 +84,8 @@ unsigned disabled_impls() {
 Impl fallback_of(int step) {
   return step == static_cast<int>(Step::Linear)   ? Impl::Cublaslt
          : step == static_cast<int>(Step::GateUp) ? Impl::Split
-         : step == static_cast<int>(Step::Chain)  ? Impl::Layers
-                                                   : Impl::Cuda;
+         : step == static_cast<int>(Step::Chain) || step == static_cast<int>(Step::ChainBackward) ? Impl::Layers
+                                                                                                 : Impl::Cuda;
 }
 
 std::vector<Loaded>& loaded() {

@@ -11,13 +11,14 @@
 
 namespace fused_mlp {
 
-// Chain: the whole forward of `mlp` / `gated_mlp` as one persistent kernel (chain.h) or layer by layer.
-enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2, Chain = 3 };
+// Chain: the whole forward of `mlp` / `gated_mlp` as one persistent kernel (chain.h) or layer by layer;
+// ChainBackward: the whole backward of `mlp` / `linear` likewise.
+enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2, Chain = 3, ChainBackward = 4 };
 // GatedMlpTrain: the gated MLP's training forward, which also stores (g, u) for backward.
 enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3, GatedMlpTrain = 4 };
 enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4, Persistent = 5, Layers = 6 };
 constexpr int kNumImpls = 7;
-constexpr int kNumSteps = 4;
+constexpr int kNumSteps = 5;
 
 // One embedded cubin as one row of its config table (layout: embed_cubins.write_sources).
 struct TritonCubin {

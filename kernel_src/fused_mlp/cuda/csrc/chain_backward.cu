@@ -1,0 +1,345 @@
+// The persistent backward kernel of chain.h. One program per SM (or per tile when there are fewer). When it
+// starts, each program copies its column slices of every layer's weight (w[:, 8 columns] per d-input tile,
+// all n rows: 16 bytes a row) into shared memory with cp.async, one commit group per layer in the order the
+// layers are processed (last first). Then per layer, from the last:
+// - d input: the program's 8-column tiles of d in = dz w ([M, k], K = n): its 8 warps split n into 16-wide
+//   blocks, A = dz rows read from L2 (4-byte pieces, the next block's in flight while this one multiplies),
+//   B = the weight slice through ldmatrix.trans, mma.sync m16n8k16 with fp32 accumulators; the partial tiles
+//   are summed through shared memory and stored with relu' of the previous layer's saved output applied:
+//   that is the previous layer's dz (or dx for the first layer).
+// - d weight: the program's 64x128 tiles of dW = dz^T in ([n, k], K = M): dz's and in's columns are staged
+//   transposed in shared memory (rows padded to 16, zeros past M) so both MMA operands are K-contiguous; the
+//   tiles with column 0 also sum dz's columns: the bias gradient.
+// A grid barrier separates the layers (the next layer reads this one's dz); buffers other programs wrote are
+// read with ld.global.cg (L2), never through L1.
+#include "chain.h"
+#include "warp_mma.cuh"
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace fused_mlp {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileN = 8;     // d-input columns per tile: mma's N
+constexpr int kDwRows = 64;   // d-weight tile: rows (n) = 4 warps x 16
+constexpr int kDwCols = 128;  // d-weight tile: columns (k) = 2 warps x 8 MMAs x 8
+
+struct LayerArgs {
+  const void* w;     // [n, k]
+  const void* in;    // [M, k]
+  const void* dz;    // [M, n]: this layer's dz (dy, or what the layer after it stored)
+  const void* mask;  // [M, k]: the previous layer's output when its act is relu (d in keeps mask > 0), or null
+  void* d_in;        // [M, k]: the previous layer's dz, or dx
+  void* dw;          // [n, k]
+  void* db;          // [n] or null
+  int n, k;
+  int tiles;         // d-input tiles: k / 8
+  int dw_tiles;      // d-weight tiles: ceil(n / 64) * ceil(k / 128)
+  int smem_off;      // this layer's weight slices in a program's shared memory (n * 16 bytes per tile)
+};
+
+struct Args {
+  const void* dy;
+  const void* last_out;  // the last layer's output when its act is relu (then dz_last = dy * relu'), else null
+  void* dz_last;
+  int m, count, mp;      // mp: M padded to the row tiles (16 each)
+  int red_off, stage_off;
+  LayerArgs l[kMaxChainLayers];
+};
+
+__device__ __forceinline__ uint32_t ldcg32(const uint16_t* p) { return __ldcg(reinterpret_cast<const unsigned*>(p)); }
+
+// This program's weight slices of layer L (tiles blockIdx.x, +grid, ...): w[:, tile * 8 + 0..7], n rows of 16 bytes.
+__device__ void prefetch_slices(const LayerArgs& L, unsigned char* smem) {
+  for (int j = 0, tile = blockIdx.x; tile < L.tiles; ++j, tile += gridDim.x) {
+    unsigned char* dst = smem + L.smem_off + static_cast<size_t>(j) * L.n * 16;
+    const uint16_t* src = static_cast<const uint16_t*>(L.w) + static_cast<long long>(tile) * kTileN;
+    for (int r = threadIdx.x; r < L.n; r += kThreads) cp_async16(dst + r * 16, src + static_cast<long long>(r) * L.k);
+  }
+}
+
+// A fragments of one 16-wide K block (columns kb * 16 ..) of dz for every row tile; zeros past M or past n.
+template <int MT>
+__device__ __forceinline__ void load_a(uint32_t (&f)[MT][4], const uint16_t* dz, int n, int m, int kb, int g, int t) {
+  const bool live = kb * 16 < n;
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int r0 = i * 16 + g, r1 = r0 + 8, col = kb * 16 + 2 * t;
+    f[i][0] = live && r0 < m ? ldcg32(dz + static_cast<long long>(r0) * n + col) : 0u;
+    f[i][1] = live && r1 < m ? ldcg32(dz + static_cast<long long>(r1) * n + col) : 0u;
+    f[i][2] = live && r0 < m ? ldcg32(dz + static_cast<long long>(r0) * n + col + 8) : 0u;
+    f[i][3] = live && r1 < m ? ldcg32(dz + static_cast<long long>(r1) * n + col + 8) : 0u;
+  }
+}
+
+template <typename T, int MT, int TG>
+__device__ __forceinline__ void mma_k_block(float (&acc)[TG][MT][4], const uint32_t (&f)[MT][4],
+                                            const unsigned char* slices, int slice_bytes, int kb, int ntiles) {
+#pragma unroll
+  for (int j = 0; j < TG; ++j) {
+    if (j >= ntiles) break;
+    uint32_t b0, b1;
+    ldmatrix_x2_trans(b0, b1, slices + j * slice_bytes + kb * 16 * 16);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) mma16816<T>(acc[j][i], f[i][0], f[i][1], f[i][2], f[i][3], b0, b1);
+  }
+}
+
+// d in = dz w for this program's tiles (at most TG), stored as the previous layer's dz (relu' applied) or dx.
+template <typename T, int MT, int TG>
+__device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* smem, float* red, int pending) {
+  int ntiles = 0;
+  for (int tile = blockIdx.x; tile < L.tiles && ntiles < TG; tile += gridDim.x) ++ntiles;
+  if (ntiles == 0) return;  // uniform over the block: depends on blockIdx only
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int n = L.n, k = L.k, m = a.m, blocks = n / 16, slice_bytes = n * 16;
+  const uint16_t* dz = static_cast<const uint16_t*>(L.dz);
+  const unsigned char* slices = smem + L.smem_off;
+  float acc[TG][MT][4];
+#pragma unroll
+  for (int j = 0; j < TG; ++j)
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.f;
+  uint32_t f0[MT][4], f1[MT][4];
+  load_a<MT>(f0, dz, n, m, warp, g, t);  // in flight while the weight slices land
+  cp_async_wait(pending);
+  __syncthreads();
+  for (int kb = warp; kb < blocks; kb += 2 * kWarps) {
+    load_a<MT>(f1, dz, n, m, kb + kWarps, g, t);
+    mma_k_block<T, MT, TG>(acc, f0, slices, slice_bytes, kb, ntiles);
+    if (kb + kWarps >= blocks) break;
+    load_a<MT>(f0, dz, n, m, kb + 2 * kWarps, g, t);
+    mma_k_block<T, MT, TG>(acc, f1, slices, slice_bytes, kb + kWarps, ntiles);
+  }
+  // red: [warp][TG][MT][lane][4] partial tiles; then each thread sums output elements over the warps.
+#pragma unroll
+  for (int j = 0; j < TG; ++j)
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+      *reinterpret_cast<float4*>(red + (((warp * TG + j) * MT + i) * 32 + lane) * 4) =
+          make_float4(acc[j][i][0], acc[j][i][1], acc[j][i][2], acc[j][i][3]);
+  __syncthreads();
+  const T* mask = static_cast<const T*>(L.mask);
+  T* out = static_cast<T*>(L.d_in);
+  for (int e = threadIdx.x; e < ntiles * MT * 128; e += kThreads) {
+    const int j = e / (MT * 128), i = (e >> 7) % MT, ln = (e >> 2) & 31, r = e & 3;
+    const int row = i * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
+    if (row >= m) continue;
+    const long long col = static_cast<long long>(blockIdx.x + j * gridDim.x) * kTileN + (ln & 3) * 2 + (r & 1);
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[(((w * TG + j) * MT + i) * 32 + ln) * 4 + r];
+    const long long at = static_cast<long long>(row) * k + col;
+    if (mask != nullptr && !(to_f(mask[at]) > 0.f)) v = 0.f;
+    out[at] = from_f<T>(v);
+  }
+  __syncthreads();  // red is reused by the next layer
+}
+
+// Columns [c0, c0 + 8 * chunks) of rows [0, mp) of src ([M, ld]) into dst transposed ([column][pitch]); zeros
+// past M and past the matrix's `cols`.
+__device__ void stage_transposed(uint16_t* dst, int pitch, const uint16_t* src, int ld, int cols, int c0, int chunks,
+                                 int m, int mp) {
+  for (int c = threadIdx.x; c < mp * chunks; c += kThreads) {
+    const int row = c / chunks, q = c - row * chunks, col = c0 + q * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row < m && col < cols) v = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(row) * ld + col));
+    const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+#pragma unroll
+    for (int x = 0; x < 8; ++x) dst[(q * 8 + x) * pitch + row] = e[x];
+  }
+}
+
+// dW = dz^T in for this program's 64x128 tiles, and db = dz's column sums on the tiles of column 0.
+template <typename T>
+__device__ void d_weight(const Args& a, const LayerArgs& L, unsigned char* smem) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int n = L.n, k = L.k, m = a.m, mp = a.mp, pitch = mp + 8;  // +8: conflict-free fragment reads
+  const int tiles_k = (k + kDwCols - 1) / kDwCols;
+  uint16_t* dz_t = reinterpret_cast<uint16_t*>(smem + a.stage_off);  // [64][pitch]
+  uint16_t* in_t = dz_t + kDwRows * pitch;                          // [128][pitch]
+  T* dw = static_cast<T*>(L.dw);
+  const int r0 = (warp & 3) * 16, c0 = (warp >> 2) * 64;
+  for (int tile = blockIdx.x; tile < L.dw_tiles; tile += gridDim.x) {
+    const int n0 = (tile / tiles_k) * kDwRows, k0 = (tile % tiles_k) * kDwCols;
+    stage_transposed(dz_t, pitch, static_cast<const uint16_t*>(L.dz), n, n, n0, kDwRows / 8, m, mp);
+    stage_transposed(in_t, pitch, static_cast<const uint16_t*>(L.in), k, k, k0, kDwCols / 8, m, mp);
+    __syncthreads();
+    float acc[8][4];
+#pragma unroll
+    for (int f = 0; f < 8; ++f)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[f][r] = 0.f;
+    if (n0 + r0 < n) {
+      for (int s = 0; s < mp / 16; ++s) {
+        const int kk = s * 16 + 2 * t;
+        const uint16_t* ra = dz_t + (r0 + g) * pitch + kk;
+        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(ra);
+        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(ra + 8 * pitch);
+        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(ra + 8);
+        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(ra + 8 * pitch + 8);
+#pragma unroll
+        for (int f = 0; f < 8; ++f) {
+          const uint16_t* rb = in_t + (c0 + f * 8 + g) * pitch + kk;
+          mma16816<T>(acc[f], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(rb),
+                      *reinterpret_cast<const uint32_t*>(rb + 8));
+        }
+      }
+#pragma unroll
+      for (int f = 0; f < 8; ++f) {
+        const int col = k0 + c0 + f * 8 + 2 * t;
+        if (col >= k) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          T pair[2] = {from_f<T>(acc[f][2 * h]), from_f<T>(acc[f][2 * h + 1])};
+          *reinterpret_cast<uint32_t*>(dw + static_cast<long long>(n0 + r0 + g + 8 * h) * k + col) =
+              *reinterpret_cast<const uint32_t*>(pair);
+        }
+      }
+    }
+    if (L.db != nullptr && k0 == 0 && threadIdx.x < kDwRows && n0 + static_cast<int>(threadIdx.x) < n) {
+      float sum = 0.f;
+      for (int row = 0; row < m; ++row) sum += to_f(reinterpret_cast<const T*>(dz_t)[threadIdx.x * pitch + row]);
+      static_cast<T*>(L.db)[n0 + threadIdx.x] = from_f<T>(sum);
+    }
+    __syncthreads();  // the staging area is refilled for the next tile
+  }
+}
+
+template <typename T, int MT>
+__global__ void __launch_bounds__(kThreads, 1) chain_backward_kernel(const Args a) {
+  constexpr int TG = 4 / MT;
+  extern __shared__ __align__(16) unsigned char smem[];
+  for (int l = a.count; l-- > 0;) {
+    prefetch_slices(a.l[l], smem);
+    cp_async_commit();
+  }
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  if (a.last_out != nullptr) {  // the last layer's relu: dz = dy where its output is > 0
+    const long long total = static_cast<long long>(a.m) * a.l[a.count - 1].n;
+    const T* dy = static_cast<const T*>(a.dy);
+    const T* out = static_cast<const T*>(a.last_out);
+    T* dz = static_cast<T*>(a.dz_last);
+    for (long long e = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; e < total;
+         e += static_cast<long long>(gridDim.x) * kThreads)
+      dz[e] = to_f(out[e]) > 0.f ? dy[e] : from_f<T>(0.f);
+    grid.sync();
+  }
+  float* red = reinterpret_cast<float*>(smem + a.red_off);
+  for (int l = a.count; l-- > 0;) {
+    d_input<T, MT, TG>(a, a.l[l], smem, red, l);  // l commit groups (layers l-1..0) may still be in flight
+    d_weight<T>(a, a.l[l], smem);
+    if (l > 0) grid.sync();
+  }
+}
+
+using KernelFn = void (*)(const Args);
+struct BackwardKernel {
+  KernelFn stub;
+  cudaFunction_t function;
+};
+
+// The kernel for (dtype, row tiles) on `device`, prepared once with its shared-memory limit raised to the opt-in maximum.
+BackwardKernel backward_kernel_on(bool bf16, int m_tiles, int device) {
+  static const KernelFn stubs[6] = {chain_backward_kernel<__nv_bfloat16, 1>, chain_backward_kernel<__nv_bfloat16, 2>,
+                                    chain_backward_kernel<__nv_bfloat16, 4>, chain_backward_kernel<__half, 1>,
+                                    chain_backward_kernel<__half, 2>,        chain_backward_kernel<__half, 4>};
+  static std::atomic<cudaFunction_t> functions[6][kMaxDevices] = {};
+  const int which = (bf16 ? 0 : 3) + (m_tiles == 1 ? 0 : m_tiles == 2 ? 1 : 2);
+  cudaFunction_t f = functions[which][device].load(std::memory_order_acquire);
+  if (f == nullptr) {
+    cudaError_t err = cudaFuncSetAttribute(stubs[which], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin(device));
+    if (err == cudaSuccess) err = cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(stubs[which]));
+    STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp: preparing the chain backward kernel on device ", device,
+                    " failed: ", cudaGetErrorString(err));
+    functions[which][device].store(f, std::memory_order_release);
+  }
+  return {stubs[which], f};
+}
+
+bool aligned16(const void* p) { return p == nullptr || alignment_of(p) >= 16; }
+
+long long dw_tiles_of(long long n, long long k) { return ((n + kDwRows - 1) / kDwRows) * ((k + kDwCols - 1) / kDwCols); }
+
+// Shared memory on `grid` programs: every layer's weight slices (filling smem_off), the cross-warp reduction
+// area, the d-weight staging area; returns the total.
+size_t layout(const ChainBackwardLayer* layers, int count, int grid, int m_tiles, int* smem_off, int* red_off,
+              int* stage_off) {
+  size_t at = 0;
+  for (int l = count; l-- > 0;) {
+    smem_off[l] = static_cast<int>(at);
+    const long long tiles = layers[l].k / kTileN;
+    at += static_cast<size_t>((tiles + grid - 1) / grid) * layers[l].n * 16;
+  }
+  *red_off = static_cast<int>(at);
+  at += static_cast<size_t>(kWarps) * 4 * 128 * sizeof(float);  // TG * MT = 4 partial tiles per warp
+  *stage_off = static_cast<int>(at);
+  return at + static_cast<size_t>(kDwRows + kDwCols) * (m_tiles * 16 + 8) * 2;
+}
+
+}  // namespace
+
+ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
+                                      ScalarType dtype, int align_dy) {
+  ChainBackwardPlan p;
+  if (choose_impl(Step::ChainBackward, c.op, c.sm, m, c.captured) != Impl::Persistent) return p;
+  if ((dtype != ScalarType::BFloat16 && dtype != ScalarType::Half) || m < 1 || m > kMaxChainRows || count < 1 ||
+      count > kMaxChainLayers || align_dy < 16 || c.sm < 80 || c.device >= kMaxDevices)
+    return p;
+  long long tiles = 0;
+  for (int l = 0; l < count; ++l) {
+    const ChainBackwardLayer& L = layers[l];
+    if ((L.act != Act::None && L.act != Act::Relu) || L.n <= 0 || L.k <= 0 || L.n % 16 != 0 || L.k % 16 != 0 ||
+        L.n * L.k >= (1ll << 31) || m * L.n >= (1ll << 31) || m * L.k >= (1ll << 31) || !aligned16(L.w) ||
+        !aligned16(L.in) || !aligned16(L.out) || (l > 0 && layers[l - 1].n != L.k))
+      return p;
+    tiles = std::max({tiles, L.k / kTileN, dw_tiles_of(L.n, L.k)});
+  }
+  p.m_tiles = m <= 16 ? 1 : m <= 32 ? 2 : 4;
+  p.grid = static_cast<int>(std::min<long long>(tiles, c.sms));
+  int smem_off[kMaxChainLayers], red_off = 0, stage_off = 0;
+  p.smem = layout(layers, count, p.grid, p.m_tiles, smem_off, &red_off, &stage_off);
+  bool fits = static_cast<long long>(p.smem) <= smem_optin(c.device);
+  for (int l = 0; l < count; ++l) fits = fits && (layers[l].k / kTileN + p.grid - 1) / p.grid <= 4 / p.m_tiles;
+  p.run = fits;
+  return p;
+}
+
+void run_chain_backward(const ChainBackwardPlan& p, const Ctx& c, const void* dy, void* dx, long long m,
+                        const ChainBackwardLayer* layers, int count, ScalarType dtype) {
+  Args a{};
+  a.dy = dy;
+  a.m = static_cast<int>(m);
+  a.count = count;
+  a.mp = p.m_tiles * 16;
+  int smem_off[kMaxChainLayers];
+  layout(layers, count, p.grid, p.m_tiles, smem_off, &a.red_off, &a.stage_off);
+  const ChainBackwardLayer& last = layers[count - 1];
+  if (last.act == Act::Relu) a.last_out = last.out, a.dz_last = last.dz;
+  for (int l = 0; l < count; ++l) {
+    const ChainBackwardLayer& s = layers[l];
+    LayerArgs& L = a.l[l];
+    L.w = s.w, L.in = s.in, L.dw = s.dw, L.db = s.db;
+    L.n = static_cast<int>(s.n), L.k = static_cast<int>(s.k);
+    L.tiles = static_cast<int>(s.k / kTileN);
+    L.dw_tiles = static_cast<int>(dw_tiles_of(s.n, s.k));
+    L.smem_off = smem_off[l];
+    L.dz = l + 1 < count || s.act == Act::Relu ? s.dz : dy;
+    L.d_in = l == 0 ? dx : layers[l - 1].dz;
+    L.mask = l > 0 && layers[l - 1].act == Act::Relu ? layers[l - 1].out : nullptr;
+  }
+  const BackwardKernel kernel = backward_kernel_on(dtype == ScalarType::BFloat16, p.m_tiles, c.device);
+  void* params[] = {&a};
+  launch_own_kernel(reinterpret_cast<const void*>(kernel.stub), kernel.function, static_cast<unsigned>(p.grid),
+                    kThreads, static_cast<unsigned>(p.smem), params, true, c.stream, "chain_backward");
+}
+
+}  // namespace fused_mlp
