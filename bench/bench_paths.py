@@ -6,7 +6,9 @@ For a loaded stable-ABI kernel (harness.py), each step is forced to each impleme
 graph replay): `linear` through `mlp` 3x1024 relu (+bias) and a K=3072 `linear` (the gated down
 projection's shape), `gate_up` through `gated_mlp` H=768 I=3072 (inference, and the training forward that also
 stores (g, u)), `act_and_mul` on [M, 3072], `chain` (the
-whole op in one persistent kernel, or layer by layer) through both `mlp` and `gated_mlp`. The printout
+whole op in one persistent kernel, or layer by layer) through both `mlp` and `gated_mlp`, `chain_backward`
+(the whole backward in one persistent kernel, or cuBLASLt GEMMs per layer) through a forward + backward of
+`mlp` 3x1024 relu and of a relu `linear` 768->3072. The printout
 ends with the fastest implementation per (step, M) by GPU time (paths.GRAPH_PATHS: calls captured in a
 graph) and, up to M=2048 where calls are host-bound, by wall time of a stream of calls (paths.PATHS): copy
 the changes into paths.py. Forcing a step forces it in every op (the table can also choose per op).
@@ -32,9 +34,10 @@ IMPLS = {
     "gate_up": ("triton", "tma", "split"),
     "act_and_mul": ("triton", "cuda"),
     "chain": ("persistent", "layers"),
+    "chain_backward": ("persistent", "layers"),
 }
-# The persistent chain kernel takes 1-64 rows (else it runs layers: the same numbers as `layers`).
-STEP_ROWS = {"chain": (1, 8, 16, 32, 48, 64)}
+# The persistent chain kernels take 1-64 rows (else they run layers: the same numbers as `layers`).
+STEP_ROWS = {"chain": (1, 8, 16, 32, 48, 64), "chain_backward": (1, 8, 16, 32, 48, 64)}
 
 
 def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
@@ -61,6 +64,25 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
     if step == "chain":  # the whole ops that the linear and gate_up rows exercise
         mlp = problems("linear", m, kernel, dt)["mlp 3x1024 relu"]
         return {"mlp 3x1024 relu": mlp, **problems("gate_up", m, kernel, dt)}
+    if step == "chain_backward":  # forward + backward (grad mode on inside the sweep's no_grad); returns dx
+        x, ws, bs = (
+            r(m, 1024),
+            [r(1024, 1024, scale=1024**-0.5) for _ in range(3)],
+            [r(1024) for _ in range(3)],
+        )
+        h, w1, b1 = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072)
+        params = [t.requires_grad_() for t in (x, *ws, *bs, h, w1, b1)]
+        up, up1 = r(m, 1024), r(m, 3072)
+
+        def step_of(forward, inputs, upstream):
+            def run():
+                with torch.enable_grad():
+                    return torch.autograd.grad(forward(), inputs, upstream)[0]
+
+            return run
+
+        return {"mlp 3x1024 relu fwd+bwd": step_of(lambda: kernel.mlp(x, ws, bs, "relu"), params[:7], up),
+                "linear 768->3072 relu fwd+bwd": step_of(lambda: kernel.linear(h, w1, b1, "relu"), params[7:], up1)}  # fmt: skip
     g, u = r(m, 3072), r(m, 3072)
     return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
 

@@ -50,6 +50,14 @@ def add_loading_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="built variant dir DIR[=label] to import (repeatable)",
     )
+    parser.add_argument(
+        "--set-path",
+        action="append",
+        default=[],
+        metavar="STEP=IMPL",
+        help="force a step of every loaded stable-ABI CUDA kernel for the whole run (cuda_set_path), e.g. "
+        "chain_backward=layers: an A/B of one implementation on one build, run as two processes (repeatable)",
+    )
 
 
 def _split_label(spec: str, default: str) -> tuple[str, str]:
@@ -83,6 +91,12 @@ def load_kernels(args: argparse.Namespace) -> dict[str, ModuleType]:
     for spec in args.variant_dir:
         path, label = _split_label(spec, Path(spec).name)
         kernels[label] = import_variant_dir(Path(path), label)
+    for spec in getattr(args, "set_path", []):
+        step, _, impl = spec.partition("=")
+        for module in kernels.values():
+            if getattr(module, "BACKEND", None) == "cuda":
+                getattr(torch.ops, module.OPS_NAMESPACE).cuda_set_path(step, impl)
+                print(f"forced: {step} -> {impl}", file=sys.stderr)
     return kernels
 
 
