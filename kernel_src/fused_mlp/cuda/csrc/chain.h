@@ -67,7 +67,7 @@ struct ChainBackwardPlan {
 };
 
 // Whether the path table (step `chain_backward`) sends this call to the persistent kernel and it can take
-// it: bf16/fp16, M <= kMaxChainRows, at most kMaxChainLayers layers, acts none/relu, every n and k a multiple
+// it: bf16/fp16, M <= 16 (17-64 rows: a defect, see chain_backward.cu), at most kMaxChainLayers layers, acts none/relu, every n and k a multiple
 // of 16, 16-byte aligned operands (dy: `align_dy`), and every program's weight slices fit in shared memory.
 ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
                                       ScalarType dtype, int align_dy);
