@@ -226,16 +226,9 @@ ChainKernel chain_kernel_on(bool bf16, int m_tiles, int device) {
                                     chain_kernel<__nv_bfloat16, 4>, chain_kernel<__half, 1>,
                                     chain_kernel<__half, 2>,        chain_kernel<__half, 4>};
   static std::atomic<cudaFunction_t> functions[6][kMaxDevices] = {};
-  const int which = (bf16 ? 0 : 3) + (m_tiles == 1 ? 0 : m_tiles == 2 ? 1 : 2);
-  cudaFunction_t f = functions[which][device].load(std::memory_order_acquire);
-  if (f == nullptr) {
-    cudaError_t err = cudaFuncSetAttribute(stubs[which], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin(device));
-    if (err == cudaSuccess) err = cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(stubs[which]));
-    STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp: preparing the chain kernel on device ", device, " failed: ",
-                    cudaGetErrorString(err));
-    functions[which][device].store(f, std::memory_order_release);
-  }
-  return {stubs[which], f};
+  const int which = variant_index(bf16, m_tiles);
+  const void* stub = reinterpret_cast<const void*>(stubs[which]);
+  return {stubs[which], prepared_function(stub, functions[which][device], device, "chain")};
 }
 
 bool aligned16(const void* p) { return p == nullptr || alignment_of(p) >= 16; }

@@ -80,4 +80,21 @@ inline int smem_optin(int device) {
   return v;
 }
 
+// Index of a (dtype, row tiles) instantiation in a persistent kernel's table of six: bf16 then fp16, 1/2/4 tiles.
+inline int variant_index(bool bf16, int m_tiles) { return (bf16 ? 0 : 3) + (m_tiles == 1 ? 0 : m_tiles == 2 ? 1 : 2); }
+
+// The function of kernel `stub` on `device`, prepared once per (kernel, device) in `slot` with its dynamic
+// shared-memory limit raised to the device's opt-in maximum.
+inline cudaFunction_t prepared_function(const void* stub, std::atomic<cudaFunction_t>& slot, int device, const char* what) {
+  cudaFunction_t f = slot.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    cudaError_t err = cudaFuncSetAttribute(stub, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin(device));
+    if (err == cudaSuccess) err = cudaGetFuncBySymbol(&f, stub);
+    STD_TORCH_CHECK(err == cudaSuccess, "fused_mlp: preparing the ", what, " kernel on device ", device, " failed: ",
+                    cudaGetErrorString(err));
+    slot.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
 }  // namespace fused_mlp
