@@ -20,6 +20,7 @@ from pathlib import Path
 # group -> the implementation FUSED_MLP_CUDA_DISABLE turns off when the group fails.
 GROUPS = {"tma": "tma", "persistent": "persistent"}
 TOL = 2.5e-2  # bf16, forward and backward (tests/kernels/kernel_numerics.py)
+BACKWARD_ROWS = (1, 5, 16)  # 17-64 rows: refused (a defect, chain_backward.cu); --backward-rows to look
 
 
 def rnd(*shape, scale=1.0, grad=False):
@@ -35,6 +36,14 @@ def rel(out, want) -> float:
 
     out = out.double()
     return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
+
+
+def numerics():
+    """tests/kernels/kernel_numerics.py: the tests' float64 oracles and tolerances (a folder, not a package)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kernels"))
+    import kernel_numerics
+
+    return kernel_numerics
 
 
 def check_tma(kernel) -> list[str]:
@@ -80,7 +89,7 @@ def check_tma(kernel) -> list[str]:
     return failures
 
 
-def check_persistent(kernel) -> list[str]:
+def check_persistent(kernel, backward_rows=BACKWARD_ROWS) -> list[str]:
     """The persistent chain kernels (the whole small-batch forward, and the mlp backward, in one launch): mlp
     and gated_mlp at 1-64 rows against float64, eager and replayed from a CUDA graph (a grid barrier that
     deadlocks times the child out instead of hanging the run)."""
@@ -127,52 +136,72 @@ def check_persistent(kernel) -> list[str]:
                 failures += [f"M={rows} {k} {v:.1e}" for k, v in bad.items()]
     finally:
         ns.cuda_set_path("chain", "table")
-    return failures + check_persistent_backward(kernel)
+    return failures + check_persistent_backward(kernel, backward_rows)
 
 
-def check_persistent_backward(kernel) -> list[str]:
-    """The persistent backward kernel (a whole small-batch mlp backward in one launch): every gradient of a
-    3x1024 relu mlp at 1-16 rows against float64, within 3x eager bf16's own error where relu flips dominate."""
+def backward_errors(kernel, impl: str, rows: int, dtype, layers: int) -> dict[str, float]:
+    """The mlp backward op (a relu mlp of `layers` 1024-wide layers; one layer is the linear op's backward,
+    no activation) with the chain_backward step forced to `impl`, against float64 of the same saved outputs
+    (tests/kernels/kernel_numerics.py: relu' from the op's inputs, so relu flips cannot hide or fake a bug).
+    Also the error of dx per 16-row tile (`dx@16i`), to tell where a wrong value lands."""
     import torch
 
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
-    failures = []
-    ns.cuda_set_path("chain_backward", "persistent")
+    x = rnd(rows, 1024).to(dtype)
+    ws = [rnd(1024, 1024, scale=1024**-0.5).to(dtype) for _ in range(layers)]
+    bs = [rnd(1024).to(dtype) for _ in range(layers)]
+    outs, h = [], x
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = torch.nn.functional.linear(h, w, b)
+        h = torch.relu(h) if i + 1 < layers else h
+        outs.append(h)
+    dy = torch.randn(rows, 1024, device="cuda").to(dtype)
+    ns.cuda_set_path("chain_backward", impl)
     try:
-        for rows in (1, 5, 16):  # 17-64 rows: refused (a defect, chain_backward.cu)
-            x = rnd(rows, 1024, grad=True)
-            ws = [rnd(1024, 1024, scale=1024**-0.5, grad=True) for _ in range(3)]
-            bs = [rnd(1024, grad=True) for _ in range(3)]
-            params = [x, *ws, *bs]
-            up = torch.randn(rows, 1024, device="cuda", dtype=torch.float64)
-
-            def forward(ps):
-                h = ps[0]
-                for i in range(3):
-                    h = h @ ps[1 + i].T + ps[4 + i]
-                    h = torch.relu(h) if i < 2 else h
-                return h
-
-            p64 = [p.detach().double().requires_grad_() for p in params]
-            want = torch.autograd.grad(forward(p64), p64, up)
-            eager = torch.autograd.grad(forward(params), params, up.to(torch.bfloat16))
-            got = torch.autograd.grad(kernel.mlp(x, ws, bs, "relu"), params, up.to(torch.bfloat16))
-            errs = {}
-            for name, g, e, w in zip(("dx", "dw0", "dw1", "dw2", "db0", "db1", "db2"), got, eager, want):
-                errs[name] = (rel(g, w), max(TOL, 3 * rel(e, w)))
-            print(
-                f"persistent backward M={rows}: " + ", ".join(f"{k} {v:.1e}" for k, (v, _) in errs.items()),
-                flush=True,
-            )
-            failures += [
-                f"backward M={rows} {k} {v:.1e} > {b:.1e}" for k, (v, b) in errs.items() if not v <= b
-            ]
+        if layers == 1:
+            got = ns.cuda_linear_backward(dy, x, ws[0], bs[0], outs[0], "none")
+        else:
+            got = ns.cuda_mlp_backward(dy, [], x, ws, bs, outs, "relu")
+        torch.cuda.synchronize()
     finally:
         ns.cuda_set_path("chain_backward", "table")
+    want = numerics().relu_chain_backward64(dy, x, ws, outs, hidden_relu=True, store=dtype)
+    names = ["dx", *(f"dw{i}" for i in range(layers)), *(f"db{i}" for i in range(layers))]
+    errs = {n: rel(g, w) for n, g, w in zip(names, got, want)}
+    for t in range(0, rows, 16):
+        errs[f"dx@{t}"] = rel(got[0][t : t + 16], want[0][t : t + 16])
+    return errs
+
+
+def check_persistent_backward(kernel, rows_list=BACKWARD_ROWS) -> list[str]:
+    """The persistent backward kernel (a whole small-batch mlp backward in one launch), 1-3 layers of 1024 in
+    bf16 and fp16: every gradient against float64 of the same saved outputs, within kernel_numerics'
+    SAME_SAVED_TOL or 3x the cuBLASLt layers' own error on the same inputs."""
+    import torch
+
+    failures = []
+    for dtype in (torch.bfloat16, torch.float16):
+        for layers in (1, 2, 3):
+            for rows in rows_list:
+                torch.manual_seed(rows * 10 + layers)
+                mine = backward_errors(kernel, "persistent", rows, dtype, layers)
+                torch.manual_seed(rows * 10 + layers)
+                base = backward_errors(kernel, "layers", rows, dtype, layers)
+                tol = numerics().SAME_SAVED_TOL[dtype]
+                print(
+                    f"persistent backward {str(dtype)[6:]} layers={layers} M={rows}: "
+                    + ", ".join(f"{k} {v:.1e}/{base[k]:.1e}" for k, v in mine.items()),
+                    flush=True,
+                )
+                failures += [
+                    f"backward {dtype} layers={layers} M={rows} {k} {v:.1e} (layers {base[k]:.1e})"
+                    for k, v in mine.items()
+                    if not v <= max(tol, 3 * base[k])
+                ]
     return failures
 
 
-def child(group: str, variant_dir: Path) -> int:
+def child(group: str, variant_dir: Path, backward_rows) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import harness
 
@@ -180,7 +209,7 @@ def child(group: str, variant_dir: Path) -> int:
     if getattr(kernel, "BACKEND", None) != "cuda":
         print(f"{group}: the variant does not run its CUDA backend here ({kernel.BACKEND}); nothing to check")
         return 0
-    failures = {"tma": check_tma, "persistent": check_persistent}[group](kernel)
+    failures = check_tma(kernel) if group == "tma" else check_persistent(kernel, backward_rows)
     for f in failures:
         print(f"{group} FAILED: {f}", flush=True)
     return 1 if failures else 0
@@ -191,12 +220,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant-dir", type=Path, required=True, help="the built stable-ABI variant dir")
     parser.add_argument("--child", choices=sorted(GROUPS), help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=int, default=90, help="seconds per group")
+    parser.add_argument(
+        "--backward-rows",
+        default=",".join(map(str, BACKWARD_ROWS)),
+        help="row counts of the persistent backward check (comma-separated; above 16 the kernel refuses)",
+    )
     args = parser.parse_args(argv)
+    rows = tuple(int(r) for r in args.backward_rows.split(","))
     if args.child:
-        return child(args.child, args.variant_dir)
+        return child(args.child, args.variant_dir, rows)
     disable = [v for v in os.environ.get("FUSED_MLP_CUDA_DISABLE", "").split(",") if v]
     for group, impl in GROUPS.items():
         cmd = [sys.executable, __file__, "--variant-dir", str(args.variant_dir), "--child", group]
+        cmd += ["--backward-rows", args.backward_rows]
         try:
             proc = subprocess.run(cmd, timeout=args.timeout, check=False)
             ok = proc.returncode == 0

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 sys.path.insert(0, str(Path(__file__).parent))
 import fused_mlp.reference as ref
-from kernel_numerics import as64, assert_close, randn
+from kernel_numerics import SAME_SAVED_TOL, as64, assert_close, randn, rel_err, relu_chain_backward64
 from test_cuda_gpu import NS, OK, WHY, check_grads, forced
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
@@ -74,6 +74,44 @@ def test_mlp_backward_matches_float64(dtype):
                     f"mlp backward {dims} M={rows} {dtype}",
                     must_run=rows <= 16,
                 )
+
+
+def backward_given_outputs(rows, dims, dtype, impl):
+    """The backward op alone, with `impl` forced, on saved outputs an eager forward made; and float64 of the
+    same (relu' read from those outputs, so no relu flip of a forward enters either side)."""
+    x = randn(rows, dims[0], dtype=dtype, device=DEV)
+    ws = [randn(o, i, dtype=dtype, device=DEV, scale=i**-0.5) for i, o in itertools.pairwise(dims)]
+    bs = [randn(o, dtype=dtype, device=DEV) for o in dims[1:]]
+    outs, h = [], x
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = torch.nn.functional.linear(h, w, b)
+        outs.append(torch.relu(h) if i + 2 < len(dims) else h)
+        h = outs[-1]
+    dy = randn(rows, dims[-1], dtype=dtype, device=DEV)
+    with forced("chain_backward", impl):
+        call = partial(NS.cuda_mlp_backward, dy, [], x, ws, bs, outs, "relu")
+        got = call()
+        ran = ran_backward_kernel(call)
+    return got, relu_chain_backward64(dy, x, ws, outs, hidden_relu=True, store=dtype), ran
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_backward_matches_float64_of_its_own_saved_outputs(dtype):
+    """Without relu flips in the way (they move a gradient by ~1e-2 per flip at these sizes), every gradient
+    of the kernel is within a few roundings of float64 (SAME_SAVED_TOL) and within 3x the cuBLASLt layers'
+    error on the same inputs: at 1-16 rows the kernel runs, above it must refuse."""
+    for rows in (1, 7, 16, 17, 40, 64):
+        for dims in ((1024, 1024, 1024, 1024), (64, 208, 48, 16), (768, 3072)):
+            torch.manual_seed(rows)
+            got, want, ran = backward_given_outputs(rows, dims, dtype, "persistent")
+            torch.manual_seed(rows)
+            base, _, _ = backward_given_outputs(rows, dims, dtype, "layers")
+            assert ran == (rows <= 16), (
+                f"{dims} M={rows}: the backward kernel {'ran' if ran else 'did not run'}"
+            )
+            for i, (g, w, b) in enumerate(zip(got, want, base)):
+                err, bound = rel_err(g, w), max(SAME_SAVED_TOL[dtype], 3 * rel_err(b, w))
+                assert err <= bound, f"{dims} M={rows} {dtype} gradient {i}: {err:.3e} > {bound:.3e}"
 
 
 @pytest.mark.parametrize("activation", ("relu", "none"))

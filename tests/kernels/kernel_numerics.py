@@ -10,6 +10,9 @@ import torch
 # kernels reach (fp32 ~3e-7, fp16 ~6e-4, bf16 ~1e-2 with backward) and far below a one-term-short
 # reduction (~1e-1), which test_tolerance checks.
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2.5e-2}
+# The same bound for a backward given its own saved outputs (relu_chain_backward64): no relu flips, only a few
+# roundings of each stored intermediate dz.
+SAME_SAVED_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
@@ -76,3 +79,25 @@ def assert_act_and_mul_far_tails(
             f"act_and_mul {activation} {what} ({dtype}): {int(bad.sum())} elements off, e.g. gate "
             f"{gate.detach().double()[bad][:3].tolist()} -> {got[bad][:3].tolist()} vs {want[bad][:3].tolist()}"
         )
+
+
+def relu_chain_backward64(dy, x, weights, outputs, hidden_relu: bool, last_relu: bool = False, store=None):
+    """Gradients [dx, dw_0.., db_0..] (float64) of a chain of linear layers given the op's own saved outputs:
+    relu' is read from `outputs` (never recomputed), so relu flips of the forward do not enter, and only the
+    backward's arithmetic is measured. `store`: the dtype the op keeps each intermediate dz in (rounded to it
+    here too), None for none. A kernel bug then stands out against accumulation error alone."""
+    dz = dy.double()
+    if last_relu:
+        dz = dz * (outputs[-1].double() > 0)
+    dws, dbs = [None] * len(weights), [None] * len(weights)
+    for i in reversed(range(len(weights))):
+        inp = (x if i == 0 else outputs[i - 1]).double().reshape(-1, weights[i].shape[1])
+        dz = dz.reshape(-1, weights[i].shape[0])
+        dws[i], dbs[i] = dz.T @ inp, dz.sum(0)
+        dz = dz @ weights[i].double()
+        if i > 0:
+            if hidden_relu:
+                dz = dz * (outputs[i - 1].double().reshape(dz.shape) > 0)
+            if store is not None:
+                dz = dz.to(store).double()
+    return [dz.reshape(x.shape), *dws, *dbs]
