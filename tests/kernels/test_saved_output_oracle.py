@@ -43,7 +43,9 @@ def test_bound_passes_a_correct_backward_and_catches_one_wrong_row(dtype):
     outs = chain(x, ws, bs, last_relu=False)
     dy = randn(*outs[-1].shape, dtype=dtype)
     want = relu_chain_backward64(dy, x, ws, [o.detach() for o in outs], hidden_relu=True, store=dtype)
-    got = torch.autograd.grad(outs[-1], (x, *ws, *bs), dy)  # CPU autograd in dtype: a correct backward
+    got = torch.autograd.grad(
+        outs[-1], (x, *ws, *bs), dy, retain_graph=True
+    )  # CPU autograd in dtype: a correct backward
     for i, (g, w) in enumerate(zip(got, want)):
         assert rel_err(g, w) <= SAME_SAVED_TOL[dtype], f"correct backward, gradient {i}"
     dx = got[0].clone()
