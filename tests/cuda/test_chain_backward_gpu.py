@@ -1,6 +1,6 @@
 """The persistent backward kernel (csrc/chain_backward.cu: a whole small-batch `mlp` / `linear` backward in one
 cooperative launch) on a GPU: every gradient against float64 in bf16 and fp16 at every row count it takes
-(1-16 rows; 17-64 must be refused: a defect found there), real and odd layer widths (multiples of 16 that are not of its 64x128 weight
+(1-16 rows; 17-64 must be refused until checked there: chain_backward.cu), real and odd layer widths (multiples of 16 that are not of its 64x128 weight
 tiles), with and without biases, relu and none (a relu last layer, as `linear` has), leading batch dims,
 capture inside a user's CUDA graph, and the calls it must refuse (17 rows, fp32, gelu, dims not multiples of
 16, gradients flowing into hidden outputs), which must still be right. A profiler trace tells whether the
@@ -64,7 +64,7 @@ def test_mlp_backward_matches_float64(dtype):
     with forced("chain_backward", "persistent"):
         for rows in (1, 5, 16, 17, 32, 33, 48, 64):
             for dims, with_bias in (((1024, 1024, 1024, 1024), True), ((64, 208, 48, 16), False)):
-                # 17-64 rows are refused (a defect: chain_backward.cu) and run the layers
+                # 17-64 rows are refused (until checked: chain_backward.cu) and run the layers
                 check_mlp(
                     rows,
                     dims,

@@ -24,7 +24,7 @@ Implementations:
   bf16/fp16, 1-64 rows, at most 8 layers, every layer's out dim a multiple of 8 and in dim of 16, 16-byte
   aligned operands, and the slices must fit in shared memory; else `layers`. For `chain_backward`, the CUDA C++
   backward kernel (csrc/chain_backward.cu): per layer dX and dW (+ the bias gradient) in one cooperative launch,
-  a grid barrier between layers; bf16/fp16, 1-16 rows (17-64: a defect found, refused), at most 8 layers, acts none/relu, every dim a multiple
+  a grid barrier between layers; bf16/fp16, 1-16 rows (17-64: refused until checked, bench/RESULTS.md session 34), at most 8 layers, acts none/relu, every dim a multiple
   of 16, 16-byte aligned operands; else `layers`.
 - `layers`: each layer as its own steps (the `linear` / `gate_up` rows decide how); for `chain_backward`, each
   layer's dW and dX GEMMs on cuBLASLt (the bias gradient in the dW GEMM) and the activation's derivative.
@@ -102,7 +102,7 @@ PATHS: dict[str, dict[str, Rows]] = {
         # Not chosen yet (tests and benchmarks force it). H100, 2026-12-06 (bench/RESULTS.md session 33): a 3x1024
         # relu mlp + a 768->3072 relu linear, forward + backward, wall 367 / 448 µs vs layers 502 / 504 at 1 / 16
         # rows, GPU in a graph 60.3 / 78.8 vs 70.1 / 57.4; a 32-layer mlp training step at 16 rows 5151 vs 6269 µs
-        # wall. Next: the PATHS row (16, "persistent") after the 17-64-row defect is found and a second run agrees.
+        # wall. Next: the PATHS row (16, "persistent") after a second run agrees (session 34 got no GPU).
         "chain_backward": ((None, "layers"),),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
