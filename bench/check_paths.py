@@ -12,6 +12,7 @@ when all passed); bench/run_h200.sh exports it, so later stages run those steps'
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ def rel(out, want) -> float:
     return float("inf") if not torch.isfinite(out).all() else ((out - want).norm() / want.norm()).item()
 
 
+@functools.cache
 def numerics():
     """tests/kernels/kernel_numerics.py: the tests' float64 oracles and tolerances (a folder, not a package)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kernels"))
@@ -150,11 +152,7 @@ def backward_errors(kernel, impl: str, rows: int, dtype, layers: int) -> dict[st
     x = rnd(rows, 1024).to(dtype)
     ws = [rnd(1024, 1024, scale=1024**-0.5).to(dtype) for _ in range(layers)]
     bs = [rnd(1024).to(dtype) for _ in range(layers)]
-    outs, h = [], x
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        h = torch.nn.functional.linear(h, w, b)
-        h = torch.relu(h) if i + 1 < layers else h
-        outs.append(h)
+    outs = numerics().relu_chain_outputs(x, ws, bs)
     dy = torch.randn(rows, 1024, device="cuda").to(dtype)
     ns.cuda_set_path("chain_backward", impl)
     try:
@@ -165,7 +163,7 @@ def backward_errors(kernel, impl: str, rows: int, dtype, layers: int) -> dict[st
         torch.cuda.synchronize()
     finally:
         ns.cuda_set_path("chain_backward", "table")
-    want = numerics().relu_chain_backward64(dy, x, ws, outs, hidden_relu=True, store=dtype)
+    want = numerics().relu_chain_backward64(dy, x, ws, outs, store=dtype)
     names = ["dx", *(f"dw{i}" for i in range(layers)), *(f"db{i}" for i in range(layers))]
     errs = {n: rel(g, w) for n, g, w in zip(names, got, want)}
     for t in range(0, rows, 16):

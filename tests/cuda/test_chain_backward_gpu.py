@@ -17,8 +17,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 sys.path.insert(0, str(Path(__file__).parent))
 import fused_mlp.reference as ref
-from kernel_numerics import SAME_SAVED_TOL, as64, assert_close, randn, rel_err, relu_chain_backward64
-from test_cuda_gpu import NS, OK, WHY, check_grads, forced
+from kernel_numerics import (
+    SAME_SAVED_TOL,
+    as64,
+    assert_close,
+    randn,
+    rel_err,
+    relu_chain_backward64,
+    relu_chain_outputs,
+)
+from test_cuda_gpu import NS, OK, WHY, check_grads, forced, launched
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
 if OK:
@@ -27,11 +35,8 @@ DEV = "cuda"
 
 
 def ran_backward_kernel(call) -> bool:
-    """Whether `call` launched the persistent backward kernel (CUDA kernel names in a profiler trace)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return any("chain_backward_kernel" in e.name for e in prof.events())
+    """Whether `call` launched the persistent backward kernel."""
+    return launched(call, "chain_backward_kernel")
 
 
 def mlp_params(rows, dims, dtype, with_bias, lead=()):
@@ -82,17 +87,13 @@ def backward_given_outputs(rows, dims, dtype, impl):
     x = randn(rows, dims[0], dtype=dtype, device=DEV)
     ws = [randn(o, i, dtype=dtype, device=DEV, scale=i**-0.5) for i, o in itertools.pairwise(dims)]
     bs = [randn(o, dtype=dtype, device=DEV) for o in dims[1:]]
-    outs, h = [], x
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        h = torch.nn.functional.linear(h, w, b)
-        outs.append(torch.relu(h) if i + 2 < len(dims) else h)
-        h = outs[-1]
+    outs = relu_chain_outputs(x, ws, bs)
     dy = randn(rows, dims[-1], dtype=dtype, device=DEV)
     with forced("chain_backward", impl):
         call = partial(NS.cuda_mlp_backward, dy, [], x, ws, bs, outs, "relu")
         got = call()
         ran = ran_backward_kernel(call)
-    return got, relu_chain_backward64(dy, x, ws, outs, hidden_relu=True, store=dtype), ran
+    return got, relu_chain_backward64(dy, x, ws, outs, store=dtype), ran
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 sys.path.insert(0, str(Path(__file__).parent))
 import fused_mlp.reference as ref
 from kernel_numerics import ACTIVATIONS, as64, assert_close, randn
-from test_cuda_gpu import NS, OK, WHY, check_grads, forced
+from test_cuda_gpu import NS, OK, WHY, check_grads, forced, launched
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"CUDA backend unavailable: {WHY}")]
 if OK:
@@ -27,11 +27,8 @@ DEV = "cuda"
 
 
 def ran_chain(call) -> bool:
-    """Whether `call` launched the persistent chain kernel (CUDA kernel names in a profiler trace)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return any("chain_kernel" in e.name for e in prof.events())
+    """Whether `call` launched the persistent chain kernel."""
+    return launched(call, "chain_kernel")
 
 
 def mlp_case(rows, dims, dtype, activation, bias_on, lead=()):

@@ -36,6 +36,14 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DEV = "cuda"
 
 
+def launched(call, kernel_name: str) -> bool:
+    """Whether `call` launched a CUDA kernel whose name contains `kernel_name` (a profiler trace)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return any(kernel_name in e.name for e in prof.events())
+
+
 def check_grads(out, inputs, expected, p64, dtype, what, eager=None):
     """Grads against the float64 oracle. `eager`: the same computation by eager torch in `dtype`; then the
     bound is max(TOL, 3 x eager's own error), for relu chains in 16 bits, where rounding moves hidden

@@ -81,11 +81,22 @@ def assert_act_and_mul_far_tails(
         )
 
 
-def relu_chain_backward64(dy, x, weights, outputs, hidden_relu: bool, last_relu: bool = False, store=None):
-    """Gradients [dx, dw_0.., db_0..] (float64) of a chain of linear layers given the op's own saved outputs:
-    relu' is read from `outputs` (never recomputed), so relu flips of the forward do not enter, and only the
-    backward's arithmetic is measured. `store`: the dtype the op keeps each intermediate dz in (rounded to it
-    here too), None for none. A kernel bug then stands out against accumulation error alone."""
+def relu_chain_outputs(x, weights, biases, last_relu: bool = False):
+    """Every layer's output of a chain of linear layers with relu after each hidden one (and after the last
+    if `last_relu`), in the inputs' dtype: the saved outputs a backward op is given."""
+    outs, h = [], x
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        h = torch.nn.functional.linear(h, w, b)
+        h = torch.relu(h) if i + 1 < len(weights) or last_relu else h
+        outs.append(h)
+    return outs
+
+
+def relu_chain_backward64(dy, x, weights, outputs, last_relu: bool = False, store=None):
+    """Gradients [dx, dw_0.., db_0..] (float64) of a relu chain (relu_chain_outputs) given the op's own saved
+    outputs: relu' is read from `outputs` (never recomputed), so relu flips of the forward do not enter, and
+    only the backward's arithmetic is measured. `store`: the dtype the op keeps each intermediate dz in
+    (rounded to it here too), None for none. A kernel bug then stands out against accumulation error alone."""
     dz = dy.double()
     if last_relu:
         dz = dz * (outputs[-1].double() > 0)
@@ -96,8 +107,7 @@ def relu_chain_backward64(dy, x, weights, outputs, hidden_relu: bool, last_relu:
         dws[i], dbs[i] = dz.T @ inp, dz.sum(0)
         dz = dz @ weights[i].double()
         if i > 0:
-            if hidden_relu:
-                dz = dz * (outputs[i - 1].double().reshape(dz.shape) > 0)
+            dz = dz * (outputs[i - 1].double().reshape(dz.shape) > 0)
             if store is not None:
                 dz = dz.to(store).double()
     return [dz.reshape(x.shape), *dws, *dbs]

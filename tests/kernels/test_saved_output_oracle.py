@@ -6,17 +6,7 @@ import itertools
 
 import pytest
 import torch
-from kernel_numerics import SAME_SAVED_TOL, randn, rel_err, relu_chain_backward64
-
-
-def chain(x, ws, bs, last_relu):
-    """Forward of the chain; every output (relu after each hidden layer, and after the last if `last_relu`)."""
-    outs, h = [], x
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        h = torch.nn.functional.linear(h, w, b)
-        h = torch.relu(h) if i + 1 < len(ws) or last_relu else h
-        outs.append(h)
-    return outs
+from kernel_numerics import SAME_SAVED_TOL, randn, rel_err, relu_chain_backward64, relu_chain_outputs
 
 
 def params(dtype, rows=17, dims=(96, 160, 64, 48)):
@@ -29,10 +19,10 @@ def params(dtype, rows=17, dims=(96, 160, 64, 48)):
 @pytest.mark.parametrize("last_relu", (False, True))
 def test_oracle_is_autograd_in_float64(last_relu):
     x, ws, bs = params(torch.float64)
-    outs = chain(x, ws, bs, last_relu)
+    outs = relu_chain_outputs(x, ws, bs, last_relu)
     dy = torch.randn_like(outs[-1])
     want = torch.autograd.grad(outs[-1], (x, *ws, *bs), dy)
-    got = relu_chain_backward64(dy, x, ws, [o.detach() for o in outs], hidden_relu=True, last_relu=last_relu)
+    got = relu_chain_backward64(dy, x, ws, [o.detach() for o in outs], last_relu=last_relu)
     for i, (g, w) in enumerate(zip(got, want)):
         assert rel_err(g, w) < 1e-12, f"gradient {i}"
 
@@ -40,12 +30,11 @@ def test_oracle_is_autograd_in_float64(last_relu):
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_bound_passes_a_correct_backward_and_catches_one_wrong_row(dtype):
     x, ws, bs = params(dtype)
-    outs = chain(x, ws, bs, last_relu=False)
+    outs = relu_chain_outputs(x, ws, bs)
     dy = randn(*outs[-1].shape, dtype=dtype)
-    want = relu_chain_backward64(dy, x, ws, [o.detach() for o in outs], hidden_relu=True, store=dtype)
-    got = torch.autograd.grad(
-        outs[-1], (x, *ws, *bs), dy, retain_graph=True
-    )  # CPU autograd in dtype: a correct backward
+    want = relu_chain_backward64(dy, x, ws, [o.detach() for o in outs], store=dtype)
+    # CPU autograd in dtype: a correct backward
+    got = torch.autograd.grad(outs[-1], (x, *ws, *bs), dy, retain_graph=True)
     for i, (g, w) in enumerate(zip(got, want)):
         assert rel_err(g, w) <= SAME_SAVED_TOL[dtype], f"correct backward, gradient {i}"
     dx = got[0].clone()
