@@ -231,8 +231,6 @@ ChainKernel chain_kernel_on(bool bf16, int m_tiles, int device) {
   return {stubs[which], prepared_function(stub, functions[which][device], device, "chain")};
 }
 
-bool aligned16(const void* p) { return p == nullptr || alignment_of(p) >= 16; }
-
 // Tiles one program takes per layer at most (chain_kernel's TG): 4 at <= 16 rows, 2 at <= 32, 1 at <= 64.
 int tiles_per_program(int m_tiles) { return 4 / m_tiles; }
 

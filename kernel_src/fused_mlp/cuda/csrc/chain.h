@@ -26,6 +26,7 @@ struct ChainLayer {
   Act act = Act::None;
 };
 
+// A persistent kernel's plan (forward chain or backward).
 struct ChainPlan {
   bool run = false;  // the persistent kernel takes this call; else the op runs its layers one by one
   int grid = 0, m_tiles = 0;
@@ -60,15 +61,12 @@ struct ChainBackwardLayer {
   Act act = Act::None;
 };
 
-struct ChainBackwardPlan {
-  bool run = false;  // the persistent kernel takes this call; else the op runs its GEMMs layer by layer
-  int grid = 0, m_tiles = 0;
-  size_t smem = 0;
-};
+using ChainBackwardPlan = ChainPlan;  // the same fields: not run means the op's GEMMs layer by layer
 
 // Whether the path table (step `chain_backward`) sends this call to the persistent kernel and it can take
-// it: bf16/fp16, M <= 16 (17-64 rows: a defect, see chain_backward.cu), at most kMaxChainLayers layers, acts none/relu, every n and k a multiple
-// of 16, 16-byte aligned operands (dy: `align_dy`), and every program's weight slices fit in shared memory.
+// it: bf16/fp16, M <= 16 (17-64 rows: refused until checked, see chain_backward.cu), at most kMaxChainLayers
+// layers, acts none/relu, every n and k a multiple of 16, 16-byte aligned operands (dy: `align_dy`), and every
+// program's weight slices fit in shared memory.
 ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
                                       ScalarType dtype, int align_dy);
 // Run it: dy the last layer's output gradient, dx [M, k_0] the input gradient; every layer's dw (and db).

@@ -259,8 +259,6 @@ BackwardKernel backward_kernel_on(bool bf16, int m_tiles, int device) {
   return {stubs[which], prepared_function(stub, functions[which][device], device, "chain backward")};
 }
 
-bool aligned16(const void* p) { return p == nullptr || alignment_of(p) >= 16; }
-
 long long dw_tiles_of(long long n, long long k) { return ((n + kDwRows - 1) / kDwRows) * ((k + kDwCols - 1) / kDwCols); }
 
 // Shared memory on `grid` programs: every layer's weight slices (filling smem_off), the cross-warp reduction

@@ -1,9 +1,10 @@
 // Device pieces the persistent chain kernels (chain.cu: forward, chain_backward.cu: backward) share: cp.async
-// copies into shared memory, the m16n8k16 tensor-core MMA, the transposing 8x8 shared-memory load, and the
-// device's opt-in shared-memory limit (host).
+// copies into shared memory, the m16n8k16 tensor-core MMA, the transposing 8x8 shared-memory load; and on the
+// host the device's opt-in shared-memory limit, their operand-alignment test and kernel preparation.
 #pragma once
 
 #include "common.cuh"
+#include "gemm.h"
 
 #include <atomic>
 #include <cstdint>
@@ -79,6 +80,9 @@ inline int smem_optin(int device) {
   }
   return v;
 }
+
+// Whether an operand the persistent kernels read with 16-byte copies can take them (null: absent, so yes).
+inline bool aligned16(const void* p) { return p == nullptr || alignment_of(p) >= 16; }
 
 // Index of a (dtype, row tiles) instantiation in a persistent kernel's table of six: bf16 then fp16, 1/2/4 tiles.
 inline int variant_index(bool bf16, int m_tiles) { return (bf16 ? 0 : 3) + (m_tiles == 1 ? 0 : m_tiles == 2 ? 1 : 2); }
