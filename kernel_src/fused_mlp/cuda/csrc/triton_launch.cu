@@ -27,7 +27,8 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr int kMaxArgs = 16;
 
-std::atomic<int> g_override[kNumSteps] = {-1, -1, -1, -1, -1};
+// Per step: the forced Impl + 1, or 0 for none (the path table decides), so that zero initialisation is right.
+std::atomic<int> g_override[kNumSteps] = {};
 
 struct Loaded {
   std::atomic<cudaKernel_t> kernel{nullptr};
@@ -201,7 +202,7 @@ int device_sm(int device) {
 Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured) {
   const int s = static_cast<int>(step), o = static_cast<int>(op);
   const unsigned off = disabled_impls();
-  const int forced = g_override[s].load(std::memory_order_relaxed);
+  const int forced = g_override[s].load(std::memory_order_relaxed) - 1;
   if (forced >= 0) return off & (1u << forced) ? fallback_of(s) : static_cast<Impl>(forced);
   for (const int arch : {sm, 0}) {
     if (!arch_has_rows(arch, 0) && !arch_has_rows(arch, 1)) continue;
@@ -217,7 +218,7 @@ Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured) {
 }
 
 int set_path_override(Step step, int impl) {
-  return g_override[static_cast<int>(step)].exchange(impl);
+  return g_override[static_cast<int>(step)].exchange(impl + 1) - 1;
 }
 
 const TritonCubin* find_cubin(const CubinQuery& q) {
