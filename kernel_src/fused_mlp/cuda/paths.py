@@ -54,6 +54,15 @@ IMPLS = {
     "chain": ("persistent", "layers"),
     "chain_backward": ("persistent", "layers"),
 }
+# The steps each op runs, in the order build_info reports them (cuda_build_info's "paths" keys "<op>/<step>");
+# compiled into the extension beside the table, and what the tests check every op's choices over.
+OP_STEPS = {
+    "linear": ("linear", "chain_backward"),
+    "mlp": ("chain", "linear", "chain_backward"),
+    "gated_mlp": ("chain", "gate_up", "linear"),
+    "act_and_mul": ("act_and_mul",),
+    "gated_mlp_train": ("chain", "gate_up", "linear"),
+}
 FALLBACK = {
     "linear": "cublaslt",
     "gate_up": "split",

@@ -577,9 +577,6 @@ std::vector<Tensor> act_and_mul_backward_op(Tensor grad, Tensor gate, Tensor up,
 
 // ---- implementation paths (benchmarks and tests) ---------------------------------------------------------
 
-const char* const kStepNames[] = {"linear", "gate_up", "act_and_mul", "chain", "chain_backward"};
-const char* const kImplNames[] = {"triton", "cublaslt", "split", "cuda", "tma", "persistent", "layers"};
-
 int index_of(const char* const* names, int n, const std::string& name, const char* what) {
   for (int i = 0; i < n; ++i)
     if (name == names[i]) return i;
@@ -589,7 +586,10 @@ int index_of(const char* const* names, int n, const std::string& name, const cha
 
 // Force `step` to `impl` ("table": back to the path table) for later calls; returns the previous setting.
 std::string set_path(std::string step, std::string impl) {
-  const int s = index_of(kStepNames, kNumSteps, step, "step (use linear, gate_up, act_and_mul, chain or chain_backward)");
+  std::string steps;  // "step (use linear, ... or chain_backward)", from the generated names
+  for (int i = 0; i < kNumSteps; ++i)
+    steps += std::string(i == 0 ? "" : i + 1 < kNumSteps ? ", " : " or ") + kStepNames[i];
+  const int s = index_of(kStepNames, kNumSteps, step, ("step (use " + steps + ")").c_str());
   const int i = impl == "table" ? -1 : index_of(kImplNames, kNumImpls, impl, "implementation");
   const int before = set_path_override(static_cast<Step>(s), i);
   return before < 0 ? "table" : kImplNames[before];
@@ -604,13 +604,11 @@ std::string build_info(int64_t device) {
   std::string out = std::string("{\"triton\": \"") + kTritonVersion + "\", \"entries\": " +
                     std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
                     ", \"sm\": " + std::to_string(sm) + ", \"paths\": {";
-  const char* const op_names[] = {"linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train"};
-  const int steps_of[][3] = {{0, 4, -1}, {3, 0, 4}, {3, 1, 0}, {2, -1, -1}, {3, 1, 0}};  // the steps each op runs
   bool first_key = true;
-  for (int o = 0; o < 5; ++o) {
-    for (const int s : steps_of[o]) {
-      if (s < 0) continue;
-      out += std::string(first_key ? "" : ", ") + "\"" + op_names[o] + "/" + kStepNames[s] + "\": [";
+  for (int o = 0; o < kNumOps; ++o) {
+    for (const int s : kOpSteps[o]) {
+      if (s < 0) break;  // the op's last step was the one before
+      out += std::string(first_key ? "" : ", ") + "\"" + kOpNames[o] + "/" + kStepNames[s] + "\": [";
       first_key = false;
       bool first = true;
       for (const long long rows : {1ll, 16ll, 64ll, 256ll, 1024ll, 4096ll, 8192ll}) {

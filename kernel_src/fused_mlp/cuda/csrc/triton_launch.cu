@@ -69,25 +69,19 @@ const Driver& driver() {
 // Implementations named in FUSED_MLP_CUDA_DISABLE, as a bit set over Impl codes (read once).
 unsigned disabled_impls() {
   static const unsigned bits = [] {
-    static const char* const names[kNumImpls] = {"triton", "cublaslt", "split", "cuda", "tma", "persistent", "layers"};
     const char* env = std::getenv("FUSED_MLP_CUDA_DISABLE");
     unsigned out = 0;
     if (env == nullptr) return out;
     const std::string list = std::string(",") + env + ",";
     for (int i = 0; i < kNumImpls; ++i)
-      if (list.find(std::string(",") + names[i] + ",") != std::string::npos) out |= 1u << i;
+      if (list.find(std::string(",") + kImplNames[i] + ",") != std::string::npos) out |= 1u << i;
     return out;
   }();
   return bits;
 }
 
 // The step's fallback (paths.FALLBACK): what runs when the chosen implementation cannot or may not.
-Impl fallback_of(int step) {
-  return step == static_cast<int>(Step::Linear)   ? Impl::Cublaslt
-         : step == static_cast<int>(Step::GateUp) ? Impl::Split
-         : step == static_cast<int>(Step::Chain) || step == static_cast<int>(Step::ChainBackward) ? Impl::Layers
-                                                                                                 : Impl::Cuda;
-}
+Impl fallback_of(int step) { return static_cast<Impl>(kFallbackImpl[step]); }
 
 std::vector<Loaded>& loaded() {
   static std::vector<Loaded> entries(static_cast<size_t>(kNumTritonCubins));

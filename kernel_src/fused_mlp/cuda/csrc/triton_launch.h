@@ -12,13 +12,15 @@
 namespace fused_mlp {
 
 // Chain: the whole forward of `mlp` / `gated_mlp` as one persistent kernel (chain.h) or layer by layer;
-// ChainBackward: the whole backward of `mlp` / `linear` likewise.
+// ChainBackward: the whole backward of `mlp` / `linear` likewise. These enums and counts mirror embed_cubins'
+// STEP_CODES / OP_CODES / IMPL_CODES; the generated file's static_asserts fail the build where they drift.
 enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2, Chain = 3, ChainBackward = 4 };
 // GatedMlpTrain: the gated MLP's training forward, which also stores (g, u) for backward.
 enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3, GatedMlpTrain = 4 };
 enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4, Persistent = 5, Layers = 6 };
 constexpr int kNumImpls = 7;
 constexpr int kNumSteps = 5;
+constexpr int kNumOps = 5;
 
 // One embedded cubin as one row of its config table (layout: embed_cubins.write_sources).
 struct TritonCubin {
@@ -53,6 +55,12 @@ extern const double kWaveFill;  // configs.WAVE_FILL: least share of the last wa
 extern const TritonCubin kTritonCubins[];
 extern const PathRow kPathRows[];
 extern const int kNumPathRows;
+// Generated from paths.py and embed_cubins' code tables, indexed by Step / Op / Impl codes.
+extern const char* const kStepNames[];   // kNumSteps names (paths.STEPS)
+extern const char* const kOpNames[];     // kNumOps names (paths.OPS)
+extern const char* const kImplNames[];   // kNumImpls names (FUSED_MLP_CUDA_DISABLE, cuda_set_path)
+extern const int kFallbackImpl[];        // per step: the Impl of paths.FALLBACK
+extern const int kOpSteps[][kNumSteps];  // per op: the Step codes it runs (paths.OP_STEPS), -1 after the last
 
 // Compute capability (major*10+minor) and number of SMs of a device, cached.
 int device_sm(int device);
