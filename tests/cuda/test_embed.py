@@ -46,6 +46,30 @@ def test_path_table_is_well_formed():
     assert not default & {impl for _, impl in PATHS.TRITON_KERNELS}, default
 
 
+def test_op_steps_name_known_ops_and_steps():
+    """OP_STEPS (build_info's report, the generated kOpSteps) lists every op once, each with distinct known steps."""
+    assert list(PATHS.OP_STEPS) == list(PATHS.OPS)
+    for op, steps in PATHS.OP_STEPS.items():
+        assert steps and len(set(steps)) == len(steps) and set(steps) <= set(PATHS.STEPS), (op, steps)
+    used = {step for steps in PATHS.OP_STEPS.values() for step in steps}
+    assert used == set(PATHS.STEPS), used  # a step no op runs would never be reported
+    for table in (PATHS.PATHS, PATHS.GRAPH_PATHS):  # an op's own rows are for a step it runs
+        for keys in table.values():
+            for op, step in map(PATHS.split_key, keys):
+                assert op is None or step in PATHS.OP_STEPS[op], (op, step)
+
+
+def test_cpp_enums_follow_the_codes():
+    """triton_launch.h's enums and counts as written (the generated static_asserts check them at build time)."""
+    header = (PACKAGE / "cuda" / "csrc" / "triton_launch.h").read_text()
+    for enum, count, codes in (("Step", "kNumSteps", embed_cubins.STEP_CODES), ("Op", "kNumOps", embed_cubins.OP_CODES),
+                               ("Impl", "kNumImpls", embed_cubins.IMPL_CODES)):  # fmt: skip
+        body = re.search(rf"enum class {enum} : int \{{([^}}]*)\}}", header).group(1)
+        members = {name: int(v) for name, v in re.findall(r"(\w+) = (\d+)", body)}
+        assert members == {embed_cubins._enumerator(n): c for n, c in codes.items()}, enum
+        assert re.search(rf"constexpr int {count} = (\d+);", header).group(1) == str(len(codes)), count
+
+
 def test_every_triton_role_is_shipped_for_sm_90a():
     """The roles the build embeds for sm_90a (all of TRITON_KERNELS, so `cuda_set_path` can force each in
     tests and bench_paths) are roles its AOT build ships; an arch without Hopper tables skips the tma ones."""
@@ -98,6 +122,48 @@ def test_without_cubins_only_the_path_table_is_written(tmp_path):
     assert "kNumTritonCubins = 0;" in source and "kCubinBlob = nullptr;" in source and ".incbin" not in source
     assert not (tmp_path / embed_cubins.BLOB).exists()
     assert _path_rows(source) == _expected_path_rows()
+
+
+def _initialiser(source: str, declaration: str) -> str:
+    """The text between `declaration = {` and its closing `};` in the generated source."""
+    return source.split(declaration + " = {")[1].split("};")[0]
+
+
+def test_generated_code_tables_follow_paths(tmp_path):
+    """Names, fallbacks and each op's steps in the generated C++ are paths.py's, indexed by embed_cubins' codes,
+    with a static_assert for every enumerator and count of triton_launch.h."""
+    embed_cubins.write_sources(tmp_path, PACKAGE, None, None, "AOT off")
+    source = (tmp_path / embed_cubins.GEN_SOURCE).read_text()
+    steps = sorted(PATHS.STEPS, key=embed_cubins.STEP_CODES.get)
+    ops = sorted(PATHS.OPS, key=embed_cubins.OP_CODES.get)
+    impls = sorted(embed_cubins.IMPL_CODES, key=embed_cubins.IMPL_CODES.get)
+    for array, names in (("kStepNames", steps), ("kOpNames", ops), ("kImplNames", impls)):
+        assert re.findall(r'"(\w+)"', _initialiser(source, f"const char* const {array}[]")) == names, array
+    fallback = _initialiser(source, "const int kFallbackImpl[]")
+    assert [int(v) for v in fallback.split(",")] == [
+        embed_cubins.IMPL_CODES[PATHS.FALLBACK[s]] for s in steps
+    ]
+    rows = re.findall(r"\{([-\d, ]+)\}", _initialiser(source, "const int kOpSteps[][kNumSteps]"))
+    got = [[steps[int(v)] for v in row.split(",") if int(v) >= 0] for row in rows]
+    assert got == [list(PATHS.OP_STEPS[op]) for op in ops]
+    assert all(len(row.split(",")) == len(steps) for row in rows), rows  # padded to kNumSteps with -1
+    asserted = dict(re.findall(r"static_assert\(static_cast<int>\((\w+::\w+)\) == (\d+),", source))
+    for enum, codes in (("Step", embed_cubins.STEP_CODES), ("Op", embed_cubins.OP_CODES),
+                        ("Impl", embed_cubins.IMPL_CODES)):  # fmt: skip
+        for name, code in codes.items():
+            assert asserted.pop(f"{enum}::{embed_cubins._enumerator(name)}") == str(code), name
+    assert not asserted, asserted
+    for count, n in (("kNumSteps", len(steps)), ("kNumOps", len(ops)), ("kNumImpls", len(impls))):
+        assert f"static_assert({count} == {n}," in source, count
+    for array in ("kStepNames", "kOpNames", "kImplNames", "kFallbackImpl", "kOpSteps"):
+        assert f"static_assert(sizeof({array}) / sizeof({array}[0]) == kNum" in source, array
+
+
+def test_codes_with_gaps_are_refused(monkeypatch):
+    """C++ indexes the generated arrays by code: codes must run 0..n-1."""
+    monkeypatch.setitem(embed_cubins.IMPL_CODES, "layers", 7)
+    with pytest.raises(embed_cubins.EmbedError, match="IMPL_CODES"):
+        embed_cubins.code_tables(PATHS)
 
 
 def test_real_cubin_parameters_and_generated_table(tmp_path):
