@@ -2,9 +2,10 @@
 // starts, each program copies its column slices of every layer's weight (w[:, 8 columns] per d-input tile,
 // all n rows: 16 bytes a row) into shared memory with cp.async, one commit group per layer in the order the
 // layers are processed (last first). Then per layer, from the last:
-// - d input: the program's 8-column tiles of d in = dz w ([M, k], K = n): its 8 warps split n into 16-wide
-//   blocks, A = dz rows read from L2 (4-byte pieces, the next block's in flight while this one multiplies),
-//   B = the weight slice through ldmatrix.trans, mma.sync m16n8k16 with fp32 accumulators; the partial tiles
+// - d input: the program's 8-column tiles of d in = dz w ([M, k], K = n): its 8 warps split n into 32-wide
+//   chunks, A = dz rows read from L2 (16 bytes a lane, K permuted to fit; the next chunk's in flight while
+//   this one multiplies), B = the weight slice through ldmatrix.trans in the same K order, mma.sync m16n8k16
+//   with fp32 accumulators; the partial tiles
 //   are summed through shared memory and stored with relu' of the previous layer's saved output applied:
 //   that is the previous layer's dz (or dx for the first layer).
 // - d weight: the program's 64x128 tiles of dW = dz^T in ([n, k], K = M): dz's and in's columns are staged
@@ -54,7 +55,6 @@ struct Args {
   LayerArgs l[kMaxChainLayers];
 };
 
-__device__ __forceinline__ uint32_t ldcg32(const uint16_t* p) { return __ldcg(reinterpret_cast<const unsigned*>(p)); }
 
 // This program's weight slices of layer L (tiles blockIdx.x, +grid, ...): w[:, tile * 8 + 0..7], n rows of 16 bytes.
 __device__ void prefetch_slices(const LayerArgs& L, unsigned char* smem) {
@@ -65,30 +65,50 @@ __device__ void prefetch_slices(const LayerArgs& L, unsigned char* smem) {
   }
 }
 
-// A fragments of one 16-wide K block (columns kb * 16 ..) of dz for every row tile; zeros past M or past n.
+// dz's A fragments of one 32-wide K chunk (columns kc * 32 ..) for every row tile, with 16-byte loads: lane
+// (g, t) loads columns kc * 32 + 8t .. 8t + 7 of rows g (f[i][0]) and g + 8 (f[i][1]), zeros past M or n. That
+// is two MMAs' A (mma_k_chunk): the MMA's K order is a permutation of these columns, and B's rows follow it.
+// One 16-byte load per row per lane instead of four 4-byte ones, each a full 32-byte sector of L2.
 template <int MT>
-__device__ __forceinline__ void load_a(uint32_t (&f)[MT][4], const uint16_t* dz, int n, int m, int kb, int g, int t) {
-  const bool live = kb * 16 < n;
+__device__ __forceinline__ void load_a(uint4 (&f)[MT][2], const uint16_t* dz, int n, int m, int kc, int g, int t) {
+  const int col = kc * 32 + 8 * t;  // n % 16 == 0: the 8 columns are all in range or all out
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
-    const int r0 = i * 16 + g, r1 = r0 + 8, col = kb * 16 + 2 * t;
-    f[i][0] = live && r0 < m ? ldcg32(dz + static_cast<long long>(r0) * n + col) : 0u;
-    f[i][1] = live && r1 < m ? ldcg32(dz + static_cast<long long>(r1) * n + col) : 0u;
-    f[i][2] = live && r0 < m ? ldcg32(dz + static_cast<long long>(r0) * n + col + 8) : 0u;
-    f[i][3] = live && r1 < m ? ldcg32(dz + static_cast<long long>(r1) * n + col + 8) : 0u;
+    const int r0 = i * 16 + g, r1 = r0 + 8;
+    f[i][0] = col < n && r0 < m ? __ldcg(reinterpret_cast<const uint4*>(dz + static_cast<long long>(r0) * n + col)) : zero;
+    f[i][1] = col < n && r1 < m ? __ldcg(reinterpret_cast<const uint4*>(dz + static_cast<long long>(r1) * n + col)) : zero;
   }
 }
 
+// The two MMAs of K chunk kc per (tile, row tile). MMA h takes, as its K indices 2t, 2t+1, 2t+8, 2t+9 of lane
+// (g, t), the chunk's columns 8t + 4h + 0..3 (uint4 words x, y for h = 0; z, w for h = 1); so B's K row r of
+// that MMA is the weight slice's row kc * 32 + 8 (r' >> 1) + 2 (r >= 8) + (r' & 1) + 4h, r' = r & 7. Rows past
+// n (a half chunk when n is an odd multiple of 16) are clamped to n - 1: their A is zero, and a finite weight
+// times zero adds nothing.
 template <typename T, int MT, int TG>
-__device__ __forceinline__ void mma_k_block(float (&acc)[TG][MT][4], const uint32_t (&f)[MT][4],
-                                            const unsigned char* slices, int slice_bytes, int kb, int ntiles) {
+__device__ __forceinline__ void mma_k_chunk(float (&acc)[TG][MT][4], const uint4 (&f)[MT][2],
+                                            const unsigned char* slices, int slice_bytes, int kc, int n, int ntiles) {
+  const int lane = threadIdx.x & 31, r = lane & 7;
+  const int base = kc * 32 + 8 * (r >> 1) + 2 * ((lane >> 3) & 1) + (r & 1);
 #pragma unroll
-  for (int j = 0; j < TG; ++j) {
-    if (j >= ntiles) break;
-    uint32_t b0, b1;
-    ldmatrix_x2_trans(b0, b1, slices + j * slice_bytes + kb * 16 * 16);
+  for (int h = 0; h < 2; ++h) {
+    const int row = min(base + 4 * h, n - 1);
 #pragma unroll
-    for (int i = 0; i < MT; ++i) mma16816<T>(acc[j][i], f[i][0], f[i][1], f[i][2], f[i][3], b0, b1);
+    for (int j = 0; j < TG; ++j) {
+      if (j >= ntiles) break;
+      uint32_t b0, b1;
+      ldmatrix_x2_trans(b0, b1, slices + j * slice_bytes + row * 16);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const uint4& lo = f[i][0];
+        const uint4& hi = f[i][1];
+        if (h == 0)
+          mma16816<T>(acc[j][i], lo.x, hi.x, lo.y, hi.y, b0, b1);
+        else
+          mma16816<T>(acc[j][i], lo.z, hi.z, lo.w, hi.w, b0, b1);
+      }
+    }
   }
 }
 
@@ -99,7 +119,7 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   for (int tile = blockIdx.x; tile < L.tiles && ntiles < TG; tile += gridDim.x) ++ntiles;
   if (ntiles == 0) return;  // uniform over the block: depends on blockIdx only
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int n = L.n, k = L.k, m = a.m, blocks = n / 16, slice_bytes = n * 16;
+  const int n = L.n, k = L.k, m = a.m, slice_bytes = n * 16;
   const uint16_t* dz = static_cast<const uint16_t*>(L.dz);
   const unsigned char* slices = smem + L.smem_off;
   float acc[TG][MT][4];
@@ -109,16 +129,17 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.f;
-  uint32_t f0[MT][4], f1[MT][4];
+  uint4 f0[MT][2], f1[MT][2];
+  const int chunks = (n + 31) / 32;
   load_a<MT>(f0, dz, n, m, warp, g, t);  // in flight while the weight slices land
   cp_async_wait(pending);
   __syncthreads();
-  for (int kb = warp; kb < blocks; kb += 2 * kWarps) {
-    load_a<MT>(f1, dz, n, m, kb + kWarps, g, t);
-    mma_k_block<T, MT, TG>(acc, f0, slices, slice_bytes, kb, ntiles);
-    if (kb + kWarps >= blocks) break;
-    load_a<MT>(f0, dz, n, m, kb + 2 * kWarps, g, t);
-    mma_k_block<T, MT, TG>(acc, f1, slices, slice_bytes, kb + kWarps, ntiles);
+  for (int kc = warp; kc < chunks; kc += 2 * kWarps) {
+    load_a<MT>(f1, dz, n, m, kc + kWarps, g, t);
+    mma_k_chunk<T, MT, TG>(acc, f0, slices, slice_bytes, kc, n, ntiles);
+    if (kc + kWarps >= chunks) break;
+    load_a<MT>(f0, dz, n, m, kc + 2 * kWarps, g, t);
+    mma_k_chunk<T, MT, TG>(acc, f1, slices, slice_bytes, kc + kWarps, n, ntiles);
   }
   // red: [warp][TG][MT][lane][4] partial tiles; then each thread sums output elements over the warps.
 #pragma unroll
@@ -145,22 +166,43 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   __syncthreads();  // red is reused by the next layer
 }
 
-// Columns [c0, c0 + 8 * chunks) of rows [0, mp) of src ([M, ld]) into dst transposed ([column][pitch]); zeros
-// past M and past the matrix's `cols`.
-__device__ void stage_transposed(uint16_t* dst, int pitch, const uint16_t* src, int ld, int cols, int c0, int chunks,
-                                 int m, int mp) {
-  for (int c = threadIdx.x; c < mp * chunks; c += kThreads) {
-    const int row = c / chunks, q = c - row * chunks, col = c0 + q * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row < m && col < cols) v = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(row) * ld + col));
-    const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+// A d-weight tile's operands staged transposed ([column][pitch], rows [0, MT * 16), zeros past M and past the
+// matrix's columns): dz's columns [n0, n0 + 64) into dz_t and in's [k0, k0 + 128) into in_t. Every thread
+// issues all its 16-byte loads (of both matrices) before its first store, so the tile waits for one round
+// trip to L2, not one per matrix.
+template <int MT>
+__device__ __forceinline__ void stage_tile(uint16_t* dz_t, uint16_t* in_t, int pitch, const LayerArgs& L, int n0, int k0,
+                                           int m) {
+  constexpr int kDzChunks = kDwRows / 8, kInChunks = kDwCols / 8, kItems = MT * 16 * (kDzChunks + kInChunks);
+  constexpr int kPer = (kItems + kThreads - 1) / kThreads;
+  uint4 v[kPer];
 #pragma unroll
-    for (int x = 0; x < 8; ++x) dst[(q * 8 + x) * pitch + row] = e[x];
+  for (int p = 0; p < kPer; ++p) {
+    const int c = threadIdx.x + p * kThreads;
+    const bool dz = c < MT * 16 * kDzChunks;
+    const int chunks = dz ? kDzChunks : kInChunks, e = dz ? c : c - MT * 16 * kDzChunks;
+    const int row = e / chunks, col = (dz ? n0 : k0) + (e - row * chunks) * 8, cols = dz ? L.n : L.k;
+    const uint16_t* src = static_cast<const uint16_t*>(dz ? L.dz : L.in);
+    v[p] = make_uint4(0u, 0u, 0u, 0u);
+    if (c < kItems && row < m && col < cols)
+      v[p] = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(row) * cols + col));
+  }
+#pragma unroll
+  for (int p = 0; p < kPer; ++p) {
+    const int c = threadIdx.x + p * kThreads;
+    if (c >= kItems) break;
+    const bool dz = c < MT * 16 * kDzChunks;
+    const int chunks = dz ? kDzChunks : kInChunks, e = dz ? c : c - MT * 16 * kDzChunks;
+    const int row = e / chunks, q = e - row * chunks;
+    uint16_t* dst = dz ? dz_t : in_t;
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(&v[p]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[(q * 8 + j) * pitch + row] = x[j];
   }
 }
 
 // dW = dz^T in for this program's 64x128 tiles, and db = dz's column sums on the tiles of column 0.
-template <typename T>
+template <typename T, int MT>
 __device__ void d_weight(const Args& a, const LayerArgs& L, unsigned char* smem) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int n = L.n, k = L.k, m = a.m, mp = a.mp, pitch = mp + 8;  // +8: conflict-free fragment reads
@@ -171,8 +213,7 @@ __device__ void d_weight(const Args& a, const LayerArgs& L, unsigned char* smem)
   const int r0 = (warp & 3) * 16, c0 = (warp >> 2) * 64;
   for (int tile = blockIdx.x; tile < L.dw_tiles; tile += gridDim.x) {
     const int n0 = (tile / tiles_k) * kDwRows, k0 = (tile % tiles_k) * kDwCols;
-    stage_transposed(dz_t, pitch, static_cast<const uint16_t*>(L.dz), n, n, n0, kDwRows / 8, m, mp);
-    stage_transposed(in_t, pitch, static_cast<const uint16_t*>(L.in), k, k, k0, kDwCols / 8, m, mp);
+    stage_tile<MT>(dz_t, in_t, pitch, L, n0, k0, m);
     __syncthreads();
     float acc[8][4];
 #pragma unroll
@@ -237,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_backward_kernel(const Args 
   float* red = reinterpret_cast<float*>(smem + a.red_off);
   for (int l = a.count; l-- > 0;) {
     d_input<T, MT, TG>(a, a.l[l], smem, red, l);  // l commit groups (layers l-1..0) may still be in flight
-    d_weight<T>(a, a.l[l], smem);
+    d_weight<T, MT>(a, a.l[l], smem);
     if (l > 0) grid.sync();
   }
 }

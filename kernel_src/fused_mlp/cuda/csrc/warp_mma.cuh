@@ -58,12 +58,12 @@ __device__ __forceinline__ void mma16816<__half>(float* d, uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The B fragment of one m16n8k16 step from a [16][8] block of 16-bit elements in shared memory whose rows
-// (K) lie 16 bytes apart from `rows` on: lanes 0-15 name the 16 rows, and .trans hands lane (g, t) rows 2t,
-// 2t+1 (b0) and 2t+8, 2t+9 (b1) of column g, which is the MMA's K-major B operand.
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const void* rows) {
-  const int lane = threadIdx.x & 31;
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(static_cast<const char*>(rows) + (lane & 15) * 16));
+// The B fragment of one m16n8k16 step from 16 rows (K) of 8 16-bit elements (N) in shared memory, each
+// lane 0-15 naming one row (`row`: 16 bytes): lanes 0-7 rows 0-7 of K, lanes 8-15 rows 8-15 (the other lanes'
+// addresses are not read). .trans hands lane (g, t) K rows 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of column g,
+// which is the MMA's K-major B operand. The rows need not be contiguous: a caller may permute K.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const void* row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(s));
 }
 
