@@ -1,8 +1,8 @@
 """The persistent backward kernel (csrc/chain_backward.cu: a whole small-batch `mlp` / `linear` backward in one
 cooperative launch) on a GPU: every gradient against float64 in bf16 and fp16 at every row count it takes
-(1-16 rows; 17-64 must be refused until checked there: chain_backward.cu), real and odd layer widths (multiples of 16 that are not of its 64x128 weight
+(1-64 rows, across its 16-row tiles), real and odd layer widths (multiples of 16 that are not of its 64x128 weight
 tiles), with and without biases, relu and none (a relu last layer, as `linear` has), leading batch dims,
-capture inside a user's CUDA graph, and the calls it must refuse (17 rows, fp32, gelu, dims not multiples of
+capture inside a user's CUDA graph, and the calls it must refuse (65 rows, fp32, gelu, dims not multiples of
 16, gradients flowing into hidden outputs), which must still be right. A profiler trace tells whether the
 kernel really ran. Runs against a built variant, as tests/cuda/test_cuda_gpu.py."""
 
@@ -69,16 +69,7 @@ def test_mlp_backward_matches_float64(dtype):
     with forced("chain_backward", "persistent"):
         for rows in (1, 5, 16, 17, 32, 33, 48, 64):
             for dims, with_bias in (((1024, 1024, 1024, 1024), True), ((64, 208, 48, 16), False)):
-                # 17-64 rows are refused (until checked: chain_backward.cu) and run the layers
-                check_mlp(
-                    rows,
-                    dims,
-                    dtype,
-                    "relu",
-                    with_bias,
-                    f"mlp backward {dims} M={rows} {dtype}",
-                    must_run=rows <= 16,
-                )
+                check_mlp(rows, dims, dtype, "relu", with_bias, f"mlp backward {dims} M={rows} {dtype}")
 
 
 def backward_given_outputs(rows, dims, dtype, impl):
@@ -100,16 +91,14 @@ def backward_given_outputs(rows, dims, dtype, impl):
 def test_backward_matches_float64_of_its_own_saved_outputs(dtype):
     """Without relu flips in the way (they move a gradient by ~1e-2 per flip at these sizes), every gradient
     of the kernel is within a few roundings of float64 (SAME_SAVED_TOL) and within 3x the cuBLASLt layers'
-    error on the same inputs: at 1-16 rows the kernel runs, above it must refuse."""
+    error on the same inputs, at every row count the kernel takes (it must run at each)."""
     for rows in (1, 7, 16, 17, 40, 64):
         for dims in ((1024, 1024, 1024, 1024), (64, 208, 48, 16), (768, 3072)):
             torch.manual_seed(rows)
             got, want, ran = backward_given_outputs(rows, dims, dtype, "persistent")
             torch.manual_seed(rows)
             base, _, _ = backward_given_outputs(rows, dims, dtype, "layers")
-            assert ran == (rows <= 16), (
-                f"{dims} M={rows}: the backward kernel {'ran' if ran else 'did not run'}"
-            )
+            assert ran, f"{dims} M={rows}: the backward kernel did not run"
             for i, (g, w, b) in enumerate(zip(got, want, base)):
                 err, bound = rel_err(g, w), max(SAME_SAVED_TOL[dtype], 3 * rel_err(b, w))
                 assert err <= bound, f"{dims} M={rows} {dtype} gradient {i}: {err:.3e} > {bound:.3e}"
@@ -149,7 +138,7 @@ def test_backward_refuses_what_it_cannot_take_and_the_layers_are_right():
     """Each call the kernel must not take runs the cuBLASLt layers, with correct gradients."""
     d = torch.bfloat16
     with forced("chain_backward", "persistent"):
-        check_mlp(17, (128, 128, 128), d, "relu", True, "refused: 17 rows", must_run=False)
+        check_mlp(65, (128, 128, 128), d, "relu", True, "refused: 65 rows", must_run=False)
         check_mlp(16, (128, 128, 128), torch.float32, "relu", True, "refused: fp32", must_run=False)
         check_mlp(16, (128, 128, 128), d, "gelu", True, "refused: gelu", must_run=False)
         check_mlp(16, (128, 72, 128), d, "relu", True, "refused: hidden dim 72", must_run=False)

@@ -64,7 +64,7 @@ struct ChainBackwardLayer {
 using ChainBackwardPlan = ChainPlan;  // the same fields: not run means the op's GEMMs layer by layer
 
 // Whether the path table (step `chain_backward`) sends this call to the persistent kernel and it can take
-// it: bf16/fp16, M <= 16 (17-64 rows: refused until checked, see chain_backward.cu), at most kMaxChainLayers
+// it: bf16/fp16, 1-64 rows (kMaxChainRows), at most kMaxChainLayers
 // layers, acts none/relu, every n and k a multiple of 16, 16-byte aligned operands (dy: `align_dy`), and every
 // program's weight slices fit in shared memory.
 ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
