@@ -24,7 +24,7 @@ Implementations:
   bf16/fp16, 1-64 rows, at most 8 layers, every layer's out dim a multiple of 8 and in dim of 16, 16-byte
   aligned operands, and the slices must fit in shared memory; else `layers`. For `chain_backward`, the CUDA C++
   backward kernel (csrc/chain_backward.cu): per layer dX and dW (+ the bias gradient) in one cooperative launch,
-  a grid barrier between layers; bf16/fp16, 1-16 rows (17-64: refused until checked, bench/RESULTS.md session 34), at most 8 layers, acts none/relu, every dim a multiple
+  a grid barrier between layers; bf16/fp16, 1-64 rows, at most 8 layers, acts none/relu, every dim a multiple
   of 16, 16-byte aligned operands; else `layers`.
 - `layers`: each layer as its own steps (the `linear` / `gate_up` rows decide how); for `chain_backward`, each
   layer's dW and dX GEMMs on cuBLASLt (the bias gradient in the dW GEMM) and the activation's derivative.
@@ -108,11 +108,11 @@ PATHS: dict[str, dict[str, Rows]] = {
         # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
         # falls back: 384 tiles of 8 columns exceed the kernel's 2 per SM at 17-32 rows).
         "chain": ((64, "persistent"), (None, "layers")),
-        # Not chosen yet (tests and benchmarks force it). H100, 2026-12-06 (bench/RESULTS.md session 33): a 3x1024
-        # relu mlp + a 768->3072 relu linear, forward + backward, wall 367 / 448 µs vs layers 502 / 504 at 1 / 16
-        # rows, GPU in a graph 60.3 / 78.8 vs 70.1 / 57.4; a 32-layer mlp training step at 16 rows 5151 vs 6269 µs
-        # wall. Next: the PATHS row (16, "persistent") after a second run agrees (session 34 got no GPU).
-        "chain_backward": ((None, "layers"),),
+        # Wall µs of fwd+bwd, one call at a time (H200, 2026-12-06 22:45 UTC, bench_paths, bench/RESULTS.md session
+        # 35): mlp 3x1024 relu 175 / 186 / 299 / 238 / 245 vs layers 285 / 249 / 259 / 422 / 446 at 1 / 16 / 32 / 48
+        # / 64 rows (32: host 171 vs 258, its wall an outlier); linear 768->3072 relu 138 / 127 / 125 / 155 / 194 vs
+        # 157 / 147 / 157 / 197 / 237. A 32-layer mlp training step at 16 rows: 5058 vs 7485 µs wall.
+        "chain_backward": ((64, "persistent"), (None, "layers")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
     "default": {
@@ -152,7 +152,11 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
         # 12.8 vs 9.9 (8 copies: 103 vs 100): its K=3072 down projection reads all of h in each of 96 programs.
         "mlp/chain": ((16, "persistent"), (None, "layers")),
         "chain": ((1, "persistent"), (None, "layers")),
-        "chain_backward": ((None, "layers"),),
+        # GPU µs in a graph of fwd+bwd (same sweep as PATHS'): mlp 3x1024 relu 29.5 / 31.4 / 32.9 / 37.5 / 46.9 vs
+        # layers 44.5 / 38.9 / 39.5 / 40.2 / 42.0 at 1 / 8 / 16 / 32 / 48 rows; linear 768->3072 relu 22.2 vs 24.2
+        # at 1 row, then behind (16 rows: 22.8 vs 17.5): one 3072-wide layer keeps fewer programs busy than cuBLASLt.
+        "mlp/chain_backward": ((32, "persistent"), (None, "layers")),
+        "chain_backward": ((1, "persistent"), (None, "layers")),
     },
 }
 
