@@ -108,10 +108,10 @@ PATHS: dict[str, dict[str, Rows]] = {
         # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
         # falls back: 384 tiles of 8 columns exceed the kernel's 2 per SM at 17-32 rows).
         "chain": ((64, "persistent"), (None, "layers")),
-        # Wall µs of fwd+bwd, one call at a time (H200, 2026-12-06 22:45 UTC, bench_paths, bench/RESULTS.md session
-        # 35): mlp 3x1024 relu 175 / 186 / 299 / 238 / 245 vs layers 285 / 249 / 259 / 422 / 446 at 1 / 16 / 32 / 48
-        # / 64 rows (32: host 171 vs 258, its wall an outlier); linear 768->3072 relu 138 / 127 / 125 / 155 / 194 vs
-        # 157 / 147 / 157 / 197 / 237. A 32-layer mlp training step at 16 rows: 5058 vs 7485 µs wall.
+        # Wall µs of fwd+bwd, one call at a time (H200, 2026-12-06, bench_paths, bench/RESULTS.md session 35), summed
+        # over mlp 3x1024 relu and linear 768->3072 relu: 262.7 / 235.0 / 232.4 / 237.8 / 220.8 / 231.1 vs the layers'
+        # 331.4 / 306.1 / 297.1 / 301.1 / 322.7 / 318.6 at 1 / 8 / 16 / 32 / 48 / 64 rows (run 4). A 32-layer mlp
+        # training step (get_kernel, run 2): 3776-3809 vs 5275-5328 µs wall at 1 / 16 / 32 rows, eager 7244-7946.
         "chain_backward": ((64, "persistent"), (None, "layers")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
@@ -152,9 +152,10 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
         # 12.8 vs 9.9 (8 copies: 103 vs 100): its K=3072 down projection reads all of h in each of 96 programs.
         "mlp/chain": ((16, "persistent"), (None, "layers")),
         "chain": ((1, "persistent"), (None, "layers")),
-        # GPU µs in a graph of fwd+bwd (same sweep as PATHS'): mlp 3x1024 relu 29.5 / 31.4 / 32.9 / 37.5 / 46.9 vs
-        # layers 44.5 / 38.9 / 39.5 / 40.2 / 42.0 at 1 / 8 / 16 / 32 / 48 rows; linear 768->3072 relu 22.2 vs 24.2
-        # at 1 row, then behind (16 rows: 22.8 vs 17.5): one 3072-wide layer keeps fewer programs busy than cuBLASLt.
+        # GPU µs in a graph of fwd+bwd (bench_paths, session 35 run 1): mlp 3x1024 relu 29.5 / 31.4 / 32.9 / 37.5 /
+        # 46.9 vs layers 44.5 / 38.9 / 39.5 / 40.2 / 42.0 at 1 / 8 / 16 / 32 / 48 rows; linear 768->3072 relu 22.2 vs
+        # 24.2 at 1 row, then behind (16 rows: 22.8 vs 17.5; not analysed). A 32-layer mlp training step in a graph
+        # (run 2): 1105 / 1233 / 1432 vs 1640 / 1518 / 1625 µs at 1 / 16 / 32 rows.
         "mlp/chain_backward": ((32, "persistent"), (None, "layers")),
         "chain_backward": ((1, "persistent"), (None, "layers")),
     },
