@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backward-rows",
         default=",".join(map(str, BACKWARD_ROWS)),
-        help="row counts of the persistent backward check (comma-separated; above 16 the kernel refuses)",
+        help="row counts of the persistent backward check (comma-separated; the kernel takes 1-64)",
     )
     args = parser.parse_args(argv)
     rows = tuple(int(r) for r in args.backward_rows.split(","))

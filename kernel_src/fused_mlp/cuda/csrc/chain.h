@@ -64,9 +64,8 @@ struct ChainBackwardLayer {
 using ChainBackwardPlan = ChainPlan;  // the same fields: not run means the op's GEMMs layer by layer
 
 // Whether the path table (step `chain_backward`) sends this call to the persistent kernel and it can take
-// it: bf16/fp16, 1-64 rows (kMaxChainRows), at most kMaxChainLayers
-// layers, acts none/relu, every n and k a multiple of 16, 16-byte aligned operands (dy: `align_dy`), and every
-// program's weight slices fit in shared memory.
+// it: bf16/fp16, 1-64 rows (kMaxChainRows), at most kMaxChainLayers layers, acts none/relu, every n and k a
+// multiple of 16, 16-byte aligned operands (dy: `align_dy`), and every program's weight slices fit in shared memory.
 ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
                                       ScalarType dtype, int align_dy);
 // Run it: dy the last layer's output gradient, dx [M, k_0] the input gradient; every layer's dw (and db).

@@ -54,7 +54,6 @@ struct Args {
   LayerArgs l[kMaxChainLayers];
 };
 
-
 // This program's weight slices of layer L (tiles blockIdx.x, +grid, ...): w[:, tile * 8 + 0..7], n rows of 16 bytes.
 __device__ void prefetch_slices(const LayerArgs& L, unsigned char* smem) {
   for (int j = 0, tile = blockIdx.x; tile < L.tiles; ++j, tile += gridDim.x) {

@@ -586,10 +586,12 @@ int index_of(const char* const* names, int n, const std::string& name, const cha
 
 // Force `step` to `impl` ("table": back to the path table) for later calls; returns the previous setting.
 std::string set_path(std::string step, std::string impl) {
-  std::string steps;  // "step (use linear, ... or chain_backward)", from the generated names
-  for (int i = 0; i < kNumSteps; ++i)
-    steps += std::string(i == 0 ? "" : i + 1 < kNumSteps ? ", " : " or ") + kStepNames[i];
-  const int s = index_of(kStepNames, kNumSteps, step, ("step (use " + steps + ")").c_str());
+  static const std::string what = [] {  // "step (use linear, ... or chain_backward)", from the generated names
+    std::string out = "step (use ";
+    for (int i = 0; i < kNumSteps; ++i) out += std::string(i == 0 ? "" : i + 1 < kNumSteps ? ", " : " or ") + kStepNames[i];
+    return out + ")";
+  }();
+  const int s = index_of(kStepNames, kNumSteps, step, what.c_str());
   const int i = impl == "table" ? -1 : index_of(kImplNames, kNumImpls, impl, "implementation");
   const int before = set_path_override(static_cast<Step>(s), i);
   return before < 0 ? "table" : kImplNames[before];
