@@ -59,7 +59,7 @@ IMPLS = {
 OP_STEPS = {
     "linear": ("linear", "chain_backward"),
     "mlp": ("chain", "linear", "chain_backward"),
-    "gated_mlp": ("chain", "gate_up", "linear"),
+    "gated_mlp": ("chain", "gate_up", "linear", "chain_backward"),
     "act_and_mul": ("act_and_mul",),
     "gated_mlp_train": ("chain", "gate_up", "linear"),
 }

@@ -7,7 +7,8 @@
 //   this one multiplies), B = the weight slice through ldmatrix.trans in the same K order, mma.sync m16n8k16
 //   with fp32 accumulators; the partial tiles
 //   are summed through shared memory and stored with relu' of the previous layer's saved output applied:
-//   that is the previous layer's dz (or dx for the first layer).
+//   that is the previous layer's dz (or dx for the first layer). After a gated layer this is dh, and the
+//   store writes that layer's dz instead: dg = dh u act'(g) and du = dh act(g) from its saved (g, u).
 // - d weight: the program's 64x128 tiles of dW = dz^T in ([n, k], K = M): dz's and in's columns are staged
 //   transposed in shared memory (rows padded to 16, zeros past M) so both MMA operands are K-contiguous; the
 //   tiles with column 0 also sum dz's columns: the bias gradient.
@@ -32,11 +33,15 @@ constexpr int kDwRows = 64;   // d-weight tile: rows (n) = 4 warps x 16
 constexpr int kDwCols = 128;  // d-weight tile: columns (k) = 2 warps x 8 MMAs x 8
 
 struct LayerArgs {
-  const void* w;     // [n, k]
+  const void* w;     // [n, k]: rows [0, split); rows [split, n) come from w2 (a gated layer's w_up)
+  const void* w2;
+  int split;
   const void* in;    // [M, k]
   const void* dz;    // [M, n]: this layer's dz (dy, or what the layer after it stored)
   const void* mask;  // [M, k]: the previous layer's output when its act is relu (d in keeps mask > 0), or null
-  void* d_in;        // [M, k]: the previous layer's dz, or dx
+  const void* gate;  // [2, M, k]: the previous (gated) layer's saved (g, u) planes, or null
+  int gate_act;      // that layer's activation (Act), when `gate` is set
+  void* d_in;        // [M, k]: the previous layer's dz, or dx; [M, 2k] = (dg | du) per row when `gate` is set
   void* dw;          // [n, k]
   void* db;          // [n] or null
   int n, k;
@@ -59,7 +64,10 @@ __device__ void prefetch_slices(const LayerArgs& L, unsigned char* smem) {
   for (int j = 0, tile = blockIdx.x; tile < L.tiles; ++j, tile += gridDim.x) {
     unsigned char* dst = smem + L.smem_off + static_cast<size_t>(j) * L.n * 16;
     const uint16_t* src = static_cast<const uint16_t*>(L.w) + static_cast<long long>(tile) * kTileN;
-    for (int r = threadIdx.x; r < L.n; r += kThreads) cp_async16(dst + r * 16, src + static_cast<long long>(r) * L.k);
+    const uint16_t* src2 = static_cast<const uint16_t*>(L.w2) + static_cast<long long>(tile) * kTileN;
+    for (int r = threadIdx.x; r < L.n; r += kThreads)
+      cp_async16(dst + r * 16, r < L.split ? src + static_cast<long long>(r) * L.k
+                                           : src2 + static_cast<long long>(r - L.split) * L.k);
   }
 }
 
@@ -148,6 +156,7 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
           make_float4(acc[j][i][0], acc[j][i][1], acc[j][i][2], acc[j][i][3]);
   __syncthreads();
   const T* mask = static_cast<const T*>(L.mask);
+  const T* gate = static_cast<const T*>(L.gate);
   T* out = static_cast<T*>(L.d_in);
   for (int e = threadIdx.x; e < ntiles * MT * 128; e += kThreads) {
     const int j = e / (MT * 128), i = (e >> 7) % MT, ln = (e >> 2) & 31, r = e & 3;
@@ -158,6 +167,15 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) v += red[(((w * TG + j) * MT + i) * 32 + ln) * 4 + r];
     const long long at = static_cast<long long>(row) * k + col;
+    if (gate != nullptr) {  // v = dh: store dg = dh u act'(g) and du = dh act(g) as the gated layer's dz row
+      float f, df;
+      const float u = to_f(gate[static_cast<long long>(m) * k + at]);
+      act_fwd_grad(to_f(gate[at]), static_cast<Act>(L.gate_act), f, df);
+      T* dz_row = out + static_cast<long long>(row) * 2 * k;
+      dz_row[col] = from_f<T>(v * u * df);
+      dz_row[k + col] = from_f<T>(v * f);
+      continue;
+    }
     if (mask != nullptr && !(to_f(mask[at]) > 0.f)) v = 0.f;
     out[at] = from_f<T>(v);
   }
@@ -332,9 +350,13 @@ ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBack
   long long tiles = 0;
   for (int l = 0; l < count; ++l) {
     const ChainBackwardLayer& L = layers[l];
-    if ((L.act != Act::None && L.act != Act::Relu) || L.n <= 0 || L.k <= 0 || L.n % 16 != 0 || L.k % 16 != 0 ||
-        L.n * L.k >= (1ll << 31) || m * L.n >= (1ll << 31) || m * L.k >= (1ll << 31) || !aligned16(L.w) ||
-        !aligned16(L.in) || !aligned16(L.out) || (l > 0 && layers[l - 1].n != L.k))
+    const bool gated = L.w_up != nullptr;
+    // A gated layer's derivative is applied by the layer after it, as it stores the gated layer's dz.
+    if (gated && (l != 0 || count < 2 || L.n % 32 != 0 || !aligned16(L.w_up) || !aligned16(L.gu))) return p;
+    const long long prev_n = l == 0 ? L.k : layers[l - 1].w_up != nullptr ? layers[l - 1].n / 2 : layers[l - 1].n;
+    if ((!gated && L.act != Act::None && L.act != Act::Relu) || L.n <= 0 || L.k <= 0 || L.n % 16 != 0 ||
+        L.k % 16 != 0 || L.n * L.k >= (1ll << 31) || m * L.n >= (1ll << 31) || m * L.k >= (1ll << 31) ||
+        !aligned16(L.w) || !aligned16(L.in) || !aligned16(L.out) || prev_n != L.k)
       return p;
     tiles = std::max({tiles, L.k / kTileN, dw_tiles_of(L.n, L.k)});
   }
@@ -363,13 +385,17 @@ void run_chain_backward(const ChainBackwardPlan& p, const Ctx& c, const void* dy
     const ChainBackwardLayer& s = layers[l];
     LayerArgs& L = a.l[l];
     L.w = s.w, L.in = s.in, L.dw = s.dw, L.db = s.db;
+    L.w2 = s.w_up, L.split = static_cast<int>(s.w_up != nullptr ? s.n / 2 : s.n);
     L.n = static_cast<int>(s.n), L.k = static_cast<int>(s.k);
     L.tiles = static_cast<int>(s.k / kTileN);
     L.dw_tiles = static_cast<int>(dw_tiles_of(s.n, s.k));
     L.smem_off = smem_off[l];
     L.dz = l + 1 < count || s.act == Act::Relu ? s.dz : dy;
     L.d_in = l == 0 ? dx : layers[l - 1].dz;
-    L.mask = l > 0 && layers[l - 1].act == Act::Relu ? layers[l - 1].out : nullptr;
+    const bool after_gated = l > 0 && layers[l - 1].w_up != nullptr;
+    L.gate = after_gated ? layers[l - 1].gu : nullptr;
+    L.gate_act = static_cast<int>(after_gated ? layers[l - 1].act : Act::None);
+    L.mask = l > 0 && !after_gated && layers[l - 1].act == Act::Relu ? layers[l - 1].out : nullptr;
   }
   const BackwardKernel kernel = backward_kernel_on(dtype == ScalarType::BFloat16, p.m_tiles, c.device);
   void* params[] = {&a};

@@ -501,7 +501,8 @@ std::vector<Tensor> mlp_backward(Tensor grad, std::vector<Tensor> hidden, Tensor
 }
 
 // From the training forward's h and gu = (g, u) planes [2, M, I]; grad_h: gradient of h, absent when none
-// flows (the public API hides h). One op: dh = dy w_down (+ grad_h); (dg, du) in one
+// flows (the public API hides h). Small batches without grad_h: one persistent launch (chain.h) where the path
+// table's chain_backward row says so. Else: dh = dy w_down (+ grad_h); (dg, du) in one
 // elementwise pass over dh, g, u; dx = dg w_gate + du w_up; dw_gate = dg^T x, dw_up = du^T x,
 // dw_down = dy^T h (cuBLASLt, measured faster than our Hopper backward kernels: bench/RESULTS.md); dw_gate and
 // dw_up as one batched GEMM (two [I, H] outputs of K = M each fill the GPU's waves better together: bench/RESULTS.md
@@ -526,6 +527,23 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
   const Ctx c = ctx_for(x, Op::GatedMlp);
   const bool has_grad_h = grad_h.has_value();
   const size_t plane = static_cast<size_t>(m * inter) * x2.t.element_size();
+  if (!has_grad_h) {  // small batches: the whole backward in one persistent launch where the table says so
+    ChainBackwardLayer cb[2];
+    cb[0].w = wg.ptr(), cb[0].w_up = wu.ptr(), cb[0].gu = gu2.const_data_ptr(), cb[0].in = x2.ptr();
+    cb[0].n = 2 * inter, cb[0].k = hdim, cb[0].act = act;
+    cb[1].w = wd.ptr(), cb[1].in = h2.ptr(), cb[1].n = out_dim, cb[1].k = inter;
+    const ChainBackwardPlan fused = plan_chain_backward(c, m, cb, 2, dt, alignment_of(dy.ptr()));
+    if (fused.run) {
+      Scratch s;
+      const size_t dgu_at = s.reserve(2 * plane);  // (dg | du) per row: the gated layer's dz [M, 2I]
+      std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {2, inter, hdim}),
+                                    empty_on(wd.t, {out_dim, inter})};
+      s.allocate(x);
+      cb[0].dz = s.at(dgu_at), cb[0].dw = result[1].mutable_data_ptr(), cb[1].dw = result[2].mutable_data_ptr();
+      run_chain_backward(fused, c, dy.ptr(), result[0].mutable_data_ptr(), m, cb, 2, dt);
+      return result;
+    }
+  }
   const int align_2nd = align_after(plane);  // plane 1 of a [2, M, I] buffer
   const void* g = gu2.const_data_ptr();
   const void* u = static_cast<const char*>(g) + plane;
