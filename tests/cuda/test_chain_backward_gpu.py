@@ -1,5 +1,5 @@
-"""The persistent backward kernel (csrc/chain_backward.cu: a whole small-batch `mlp` / `linear` backward in one
-cooperative launch) on a GPU: every gradient against float64 in bf16 and fp16 at every row count it takes
+"""The persistent backward kernel (csrc/chain_backward.cu: a whole small-batch `mlp` / `linear` / `gated_mlp`
+backward in one cooperative launch) on a GPU: every gradient against float64 in bf16 and fp16 at every row count it takes
 (1-64 rows, across its 16-row tiles), real and odd layer widths (multiples of 16 that are not of its 64x128 weight
 tiles), with and without biases, relu and none (a relu last layer, as `linear` has), leading batch dims,
 capture inside a user's CUDA graph, and the calls it must refuse (65 rows, fp32, gelu, dims not multiples of
@@ -18,9 +18,11 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "kernels"))
 sys.path.insert(0, str(Path(__file__).parent))
 import fused_mlp.reference as ref
 from kernel_numerics import (
+    ACTIVATIONS,
     SAME_SAVED_TOL,
     as64,
     assert_close,
+    gated_backward64,
     randn,
     rel_err,
     relu_chain_backward64,
@@ -227,3 +229,130 @@ def test_backward_inside_a_user_cuda_graph():
                 assert err <= bound and not torch.isnan(g).any(), (
                     f"replayed grad {i}: {err:.3e} > {bound:.3e}"
                 )
+
+
+# ---- gated_mlp: the gated layer (dg, du from the saved (g, u) as dh is stored) and the down projection ----
+
+
+def gated_params(rows, hidden, inter, out, dtype, grad=False, lead=()):
+    x = randn(*lead, rows, hidden, dtype=dtype, device=DEV, grad=grad)
+    wg = randn(inter, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5, grad=grad)
+    wu = randn(inter, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5, grad=grad)
+    wd = randn(out, inter, dtype=dtype, device=DEV, scale=inter**-0.5, grad=grad)
+    return x, wg, wu, wd
+
+
+def gated_backward_given_saved(rows, shape, dtype, activation, impl):
+    """The gated backward op alone, with `impl` forced, on the (h, g, u) the op's own training forward saved;
+    and float64 of the same (act, act' at the saved g)."""
+    x, wg, wu, wd = gated_params(rows, *shape, dtype)
+    _, h, gu = NS.cuda_gated_mlp_train(x, wg, wu, wd, activation)
+    dy = randn(rows, shape[2], dtype=dtype, device=DEV)
+    with forced("chain_backward", impl):
+        call = partial(NS.cuda_gated_mlp_backward, dy, None, x, wg, wu, wd, h, gu, activation)
+        got = call()
+        ran = ran_backward_kernel(call)
+    return got, gated_backward64(dy, x, wg, wu, wd, h, gu, activation, store=dtype), ran
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_gated_backward_matches_float64_of_its_own_saved_outputs(dtype):
+    """dx, (dw_gate, dw_up) and dw_down within a few roundings of float64 and 3x the cuBLASLt path's error on the
+    same inputs, every activation, at the row counts the kernel takes for the real shape (1-16) and an odd one
+    (I = 208: n = 2I rows not a multiple of its 64-row weight tiles; out dim 48 != hidden)."""
+    for rows in (1, 5, 16):
+        for shape in ((768, 3072, 768), (96, 208, 48)):
+            for activation in ACTIVATIONS:
+                torch.manual_seed(rows)
+                got, want, ran = gated_backward_given_saved(rows, shape, dtype, activation, "persistent")
+                torch.manual_seed(rows)
+                base, _, _ = gated_backward_given_saved(rows, shape, dtype, activation, "layers")
+                what = f"gated {shape} {activation} M={rows} {dtype}"
+                assert ran, f"{what}: the backward kernel did not run"
+                for i, (g, w, b) in enumerate(zip(got, want, base)):
+                    err, bound = rel_err(g, w), max(SAME_SAVED_TOL[dtype], 3 * rel_err(b, w))
+                    assert err <= bound, f"{what} gradient {i}: {err:.3e} > {bound:.3e}"
+
+
+def check_gated(rows, shape, dtype, activation, what, lead=(), must_run=True):
+    """Forward and every gradient of ops.gated_mlp against the float64 autograd of the reference; whether the
+    backward kernel ran is `must_run`."""
+    x, wg, wu, wd = gated_params(rows, *shape, dtype, grad=True, lead=lead)
+    out = ops.gated_mlp(x, wg, wu, wd, activation)
+    p64 = as64(x, wg, wu, wd)
+    expected = ref.gated_mlp(*p64, activation)
+    assert_close(out, expected, dtype, f"{what}: forward")
+    check_grads(out, (x, wg, wu, wd), expected, p64, dtype, what)
+    upstream = torch.randn_like(out)
+    ran = ran_backward_kernel(lambda: ops.gated_mlp(x, wg, wu, wd, activation).backward(upstream))
+    assert ran == must_run, f"{what}: the backward kernel {'did not run' if must_run else 'ran'}"
+
+
+@pytest.mark.parametrize("activation", ("gelu_tanh", "silu"))
+def test_gated_public_op_backward(activation):
+    """Through the public op and its autograd, leading batch dims included; the eager table takes the kernel at
+    16 rows with nothing forced."""
+    d = torch.bfloat16
+    check_gated(16, (768, 3072, 768), d, activation, f"gated {activation} (table)")
+    with forced("chain_backward", "persistent"):
+        check_gated(1, (768, 3072, 768), torch.float16, activation, f"gated {activation} M=1 fp16")
+        check_gated(3, (96, 208, 48), d, activation, f"gated {activation} lead (2,)", lead=(2,))
+
+
+def test_gated_backward_refuses_what_it_cannot_take_and_the_layers_are_right():
+    """Each gated call the kernel must not take runs the cuBLASLt path, with correct gradients: 17 rows of the real
+    shape (its 384 down-projection tiles need more than two per program at two row tiles), fp32, I = 200 (not a
+    multiple of 16), and gradients flowing into the registered op's h."""
+    d = torch.bfloat16
+    with forced("chain_backward", "persistent"):
+        check_gated(17, (768, 3072, 768), d, "gelu_tanh", "refused: 17 rows", must_run=False)
+        check_gated(8, (96, 208, 48), torch.float32, "silu", "refused: fp32", must_run=False)
+        check_gated(8, (96, 200, 48), d, "silu", "refused: I = 200", must_run=False)
+        x, wg, wu, wd = gated_params(8, 96, 208, 48, d, grad=True)
+        y, h, _ = NS.cuda_gated_mlp(x, wg, wu, wd, "silu")
+
+        def loss(y, h):
+            return (y.float() * 2).sum() + (h.float() ** 2).sum()
+
+        got = torch.autograd.grad(loss(y, h), (x, wg, wu, wd))
+        p64 = as64(x, wg, wu, wd)
+        g, u = p64[0] @ p64[1].T, p64[0] @ p64[2].T
+        h64 = torch.nn.functional.silu(g) * u
+        want = torch.autograd.grad(loss(h64 @ p64[3].T, h64), p64)
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_close(a, b, d, f"gated hidden-output gradients, input {i}")
+
+        def step():
+            return torch.autograd.grad(loss(*NS.cuda_gated_mlp(x, wg, wu, wd, "silu")[:2]), x)
+
+        assert not ran_backward_kernel(step), "the backward kernel ran with a gradient flowing into h"
+
+
+def test_gated_backward_inside_a_user_cuda_graph():
+    """Forward + backward of the gated op captured once, replayed on new inputs and upstream gradients."""
+    d = torch.bfloat16
+    with forced("chain_backward", "persistent"):
+        x, wg, wu, wd = gated_params(16, 768, 3072, 768, d, grad=True)
+        params = (x, wg, wu, wd)
+        upstream = torch.randn(16, 768, dtype=d, device=DEV)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ops.gated_mlp(x, wg, wu, wd, "gelu_tanh").backward(upstream)  # warm-up outside capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        for p in params:
+            p.grad = None
+        with torch.cuda.graph(graph):
+            ops.gated_mlp(x, wg, wu, wd, "gelu_tanh").backward(upstream)
+        grads_out = [p.grad for p in params]
+        for _ in range(3):
+            with torch.no_grad():
+                x.copy_(torch.randn_like(x))
+                upstream.copy_(torch.randn_like(upstream))
+            graph.replay()
+            torch.cuda.synchronize()
+            p64 = as64(*params)
+            want = torch.autograd.grad(ref.gated_mlp(*p64, "gelu_tanh"), p64, upstream.double())
+            for i, (g, w) in enumerate(zip(grads_out, want)):
+                assert_close(g, w, d, f"replayed gated grad {i}")

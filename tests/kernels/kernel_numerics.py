@@ -14,6 +14,13 @@ TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2.5e-2}
 # roundings of each stored intermediate dz.
 SAME_SAVED_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+_ACT64 = {  # the activations as the float64 oracles apply them (fused_mlp.reference's, without importing it)
+    "none": lambda z: z,
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh"),
+    "silu": torch.nn.functional.silu,
+}
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -111,3 +118,23 @@ def relu_chain_backward64(dy, x, weights, outputs, last_relu: bool = False, stor
             if store is not None:
                 dz = dz.to(store).double()
     return [dz.reshape(x.shape), *dws, *dbs]
+
+
+def gated_backward64(dy, x, w_gate, w_up, w_down, h, gu, activation: str, store=None):
+    """Gradients [dx, (dw_gate, dw_up) as one [2, I, H] tensor, dw_down] (float64) of the gated MLP
+    y = (act(g) * u) w_down^T, g = x w_gate^T, u = x w_up^T, given the op's own saved h and (g, u) planes `gu`
+    ([2, M, I]): act and act' are taken at the saved g, so only the backward's arithmetic is measured. `store`:
+    the dtype the op keeps dg and du in (rounded to it here too), None for none."""
+    dy64, x64 = dy.double().reshape(-1, w_down.shape[0]), x.double().reshape(-1, w_gate.shape[1])
+    g = gu[0].double().reshape(-1, w_gate.shape[0]).requires_grad_(True)
+    u = gu[1].double().reshape(g.shape)
+    dh = dy64 @ w_down.double()
+    with torch.enable_grad():
+        f = _ACT64[activation](g)
+        (df,) = torch.autograd.grad(f, g, torch.ones_like(f))
+    dg, du = dh * u * df, dh * f.detach()
+    if store is not None:
+        dg, du = dg.to(store).double(), du.to(store).double()
+    dx = dg @ w_gate.double() + du @ w_up.double()
+    dw_gu = torch.stack((dg.T @ x64, du.T @ x64))
+    return [dx.reshape(x.shape), dw_gu, dy64.T @ h.double().reshape(dy64.shape[0], -1)]
