@@ -8,7 +8,7 @@ projection's shape), `gate_up` through `gated_mlp` H=768 I=3072 (inference, and 
 stores (g, u)), `act_and_mul` on [M, 3072], `chain` (the
 whole op in one persistent kernel, or layer by layer) through both `mlp` and `gated_mlp`, `chain_backward`
 (the whole backward in one persistent kernel, or cuBLASLt GEMMs per layer) through a forward + backward of
-`mlp` 3x1024 relu and of a relu `linear` 768->3072. The printout
+`mlp` 3x1024 relu, of a relu `linear` 768->3072 and of `gated_mlp` H=768 I=3072 gelu_tanh. The printout
 ends with the fastest implementation per (step, M) by GPU time (paths.GRAPH_PATHS: calls captured in a
 graph) and, up to M=2048 where calls are host-bound, by wall time of a stream of calls (paths.PATHS): copy
 the changes into paths.py. Forcing a step forces it in every op (the table can also choose per op).
@@ -81,8 +81,12 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
 
             return run
 
+        xg, wg, wu = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072, 768, scale=768**-0.5)
+        wd, upg = r(768, 3072, scale=3072**-0.5), r(m, 768)
+        gated = [t.requires_grad_() for t in (xg, wg, wu, wd)]
         return {"mlp 3x1024 relu fwd+bwd": step_of(lambda: kernel.mlp(x, ws, bs, "relu"), params[:7], up),
-                "linear 768->3072 relu fwd+bwd": step_of(lambda: kernel.linear(h, w1, b1, "relu"), params[7:], up1)}  # fmt: skip
+                "linear 768->3072 relu fwd+bwd": step_of(lambda: kernel.linear(h, w1, b1, "relu"), params[7:], up1),
+                "gated 768x3072 gelu_tanh fwd+bwd": step_of(lambda: kernel.gated_mlp(xg, wg, wu, wd, "gelu_tanh"), gated, upg)}  # fmt: skip
     g, u = r(m, 3072), r(m, 3072)
     return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
 

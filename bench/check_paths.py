@@ -171,10 +171,34 @@ def backward_errors(kernel, impl: str, rows: int, dtype, layers: int) -> dict[st
     return errs
 
 
+def gated_backward_errors(kernel, impl: str, rows: int, dtype, activation: str) -> dict[str, float]:
+    """The gated_mlp backward op (H=768, I=3072) on the (h, g, u) its own training forward saved, with the
+    chain_backward step forced to `impl`, against float64 of the same (kernel_numerics.gated_backward64)."""
+    import torch
+
+    ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
+    x = rnd(rows, 768).to(dtype)
+    wg, wu = (rnd(3072, 768, scale=768**-0.5).to(dtype) for _ in range(2))
+    wd = rnd(768, 3072, scale=3072**-0.5).to(dtype)
+    _, h, gu = ns.cuda_gated_mlp_train(x, wg, wu, wd, activation)
+    dy = torch.randn(rows, 768, device="cuda").to(dtype)
+    ns.cuda_set_path("chain_backward", impl)
+    try:
+        got = ns.cuda_gated_mlp_backward(dy, None, x, wg, wu, wd, h, gu, activation)
+        torch.cuda.synchronize()
+    finally:
+        ns.cuda_set_path("chain_backward", "table")
+    want = numerics().gated_backward64(dy, x, wg, wu, wd, h, gu, activation, store=dtype)
+    errs = {n: rel(g, w) for n, g, w in zip(("dx", "dw_gu", "dw_down"), got, want)}
+    errs.update({f"dx@{r}": rel(got[0][r], want[0][r]) for r in range(rows)})
+    return errs
+
+
 def check_persistent_backward(kernel, rows_list=BACKWARD_ROWS) -> list[str]:
-    """The persistent backward kernel (a whole small-batch mlp backward in one launch), 1-3 layers of 1024 in
-    bf16 and fp16: every gradient against float64 of the same saved outputs, within kernel_numerics'
-    SAME_SAVED_TOL or 3x the cuBLASLt layers' own error on the same inputs."""
+    """The persistent backward kernel (a whole small-batch mlp or gated backward in one launch), 1-3 layers of
+    1024 and the gated MLP 768x3072 (the rows of `rows_list` up to 16, three activations) in bf16 and fp16: every
+    gradient against float64 of the same saved outputs, within kernel_numerics' SAME_SAVED_TOL or 3x the
+    cuBLASLt layers' own error on the same inputs."""
     import torch
 
     failures = []
@@ -193,6 +217,24 @@ def check_persistent_backward(kernel, rows_list=BACKWARD_ROWS) -> list[str]:
                 )
                 failures += [
                     f"backward {dtype} layers={layers} M={rows} {k} {v:.1e} (layers {base[k]:.1e})"
+                    for k, v in mine.items()
+                    if not v <= max(tol, 3 * base[k])
+                ]
+        for activation in ("gelu_tanh", "silu", "relu"):
+            for rows in (r for r in rows_list if r <= 16):  # the kernel takes the gated shape at 1-16 rows
+                torch.manual_seed(rows)
+                mine = gated_backward_errors(kernel, "persistent", rows, dtype, activation)
+                torch.manual_seed(rows)
+                base = gated_backward_errors(kernel, "layers", rows, dtype, activation)
+                tol = numerics().SAME_SAVED_TOL[dtype]
+                print(
+                    f"persistent gated backward {str(dtype)[6:]} {activation} M={rows}: "
+                    + ", ".join(f"{k} {v:.1e}/{base[k]:.1e}" for k, v in mine.items() if "@" not in k)
+                    + f", worst row {max(v for k, v in mine.items() if '@' in k):.1e}",
+                    flush=True,
+                )
+                failures += [
+                    f"gated backward {dtype} {activation} M={rows} {k} {v:.1e} (layers {base[k]:.1e})"
                     for k, v in mine.items()
                     if not v <= max(tol, 3 * base[k])
                 ]
