@@ -7,7 +7,8 @@ kernels in C++ with no Python per kernel. Stdlib only: the build reads it withou
 Steps: `linear` (every GEMM with a bias/activation epilogue: `linear`, each `mlp` layer, the gated
 down projection), `gate_up` (the gated MLP's act(x W_g^T) * (x W_u^T)), `act_and_mul`, `chain` (the whole
 forward of `mlp` or `gated_mlp`: one persistent kernel, or its layers one by one through the other steps) and
-`chain_backward` (the whole backward of `mlp` or `linear`: one persistent kernel, or cuBLASLt GEMMs per layer).
+`chain_backward` (the whole backward of `mlp`, `linear` or `gated_mlp`: one persistent kernel, or cuBLASLt GEMMs
+per layer).
 Implementations:
 - `triton`: our portable Triton kernel, compiled ahead of time for the arch (fused epilogue; launched with
   programmatic dependent launch where its config says so). bf16/fp16, 16-byte aligned operands, sizes
@@ -24,10 +25,13 @@ Implementations:
   bf16/fp16, 1-64 rows, at most 8 layers, every layer's out dim a multiple of 8 and in dim of 16, 16-byte
   aligned operands, and the slices must fit in shared memory; else `layers`. For `chain_backward`, the CUDA C++
   backward kernel (csrc/chain_backward.cu): per layer dX and dW (+ the bias gradient) in one cooperative launch,
-  a grid barrier between layers; bf16/fp16, 1-64 rows, at most 8 layers, acts none/relu, every dim a multiple
-  of 16, 16-byte aligned operands; else `layers`.
+  a grid barrier between layers (the gated MLP: dh, then dg/du from the saved (g, u) as dh is stored, then dx
+  and dW_gate|up); bf16/fp16, 1-64 rows, at most 8 layers, acts none/relu (gated: any), every dim a multiple of
+  16, 16-byte aligned operands, and the slices must fit in shared memory (the gated 768x3072 at 1-16 rows); else
+  `layers`.
 - `layers`: each layer as its own steps (the `linear` / `gate_up` rows decide how); for `chain_backward`, each
-  layer's dW and dX GEMMs on cuBLASLt (the bias gradient in the dW GEMM) and the activation's derivative.
+  layer's dW and dX GEMMs on cuBLASLt (the bias gradient in the dW GEMM) and the activation's derivative (the
+  gated MLP: its dg/du pass).
 FALLBACK names what runs when the chosen implementation cannot take a call (fp32, misaligned, no cubin).
 
 Two tables, because two things decide what is fastest:
@@ -113,6 +117,11 @@ PATHS: dict[str, dict[str, Rows]] = {
         # 331.4 / 306.1 / 297.1 / 301.1 / 322.7 / 318.6 at 1 / 8 / 16 / 32 / 48 / 64 rows (run 4). A 32-layer mlp
         # training step (get_kernel, run 2): 3776-3809 vs 5275-5328 µs wall at 1 / 16 / 32 rows, eager 7244-7946.
         "chain_backward": ((64, "persistent"), (None, "layers")),
+        # The gated MLP (H100, 2026-12-07, session 36 run 1, bench/RESULTS.md): a 32-layer gated training step
+        # (H=768, I=3072) 4716 / 4955 µs wall at 1 / 16 rows vs the layers' 7622 / 6093 (eager 12174-15916 on
+        # that host); fwd+bwd of one op 162 / 273 vs 252 / 352. From 17 rows its 384 down-projection tiles need
+        # more than two per program (the kernel refuses): the layers.
+        "gated_mlp/chain_backward": ((16, "persistent"), (None, "layers")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
     "default": {
@@ -157,6 +166,9 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
         # 24.2 at 1 row, then behind (16 rows: 22.8 vs 17.5; not analysed). A 32-layer mlp training step in a graph
         # (run 2): 1105 / 1233 / 1432 vs 1640 / 1518 / 1625 µs at 1 / 16 / 32 rows.
         "mlp/chain_backward": ((32, "persistent"), (None, "layers")),
+        # The gated MLP's one launch is behind the layers on the GPU (session 36 run 1, H100): fwd+bwd 50.7 / 57.8
+        # / 59.3 vs 42.7 / 47.3 / 46.5 µs at 1 / 8 / 16 rows; a 32-layer gated training step at 1 row 1797 vs 1732.
+        "gated_mlp/chain_backward": ((None, "layers"),),
         "chain_backward": ((1, "persistent"), (None, "layers")),
     },
 }
