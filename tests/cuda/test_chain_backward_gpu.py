@@ -189,6 +189,33 @@ def test_backward_with_gradients_into_hidden_outputs():
             assert_close(g, w, d, f"hidden-output gradients, input {i}")
 
 
+def captured_step(step, leaves):
+    """A user's capture of `step()` (a forward + backward into the leaves' .grad): one call on a side stream first
+    (plans, kernel preparation), then the capture. Returns the graph and the gradient tensors it writes."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    for p in leaves:
+        p.grad = None
+    with torch.cuda.graph(graph):
+        step()
+    return graph, [p.grad for p in leaves]
+
+
+def replayed(graph, x, upstream, times=3):
+    """Replays `graph` `times` times, each on fresh values of x and the upstream gradient; yields after each."""
+    for _ in range(times):
+        with torch.no_grad():
+            x.copy_(torch.randn_like(x))
+            upstream.copy_(torch.randn_like(upstream))
+        graph.replay()
+        torch.cuda.synchronize()
+        yield
+
+
 def test_backward_inside_a_user_cuda_graph():
     """Forward + backward captured once, replayed on new inputs and upstream gradients."""
     d = torch.bfloat16
@@ -196,29 +223,8 @@ def test_backward_inside_a_user_cuda_graph():
         x, ws, bs = mlp_params(16, (1024, 1024, 1024, 1024), d, True)
         params = [*ws, *bs]
         upstream = torch.randn(16, 1024, dtype=d, device=DEV)
-
-        def step():
-            for p in (x, *params):
-                p.grad = None
-            ops.mlp(x, ws, bs, "relu").backward(upstream)
-
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()  # warm-up outside capture (plans, kernel preparation)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        for p in (x, *params):
-            p.grad = None
-        with torch.cuda.graph(graph):
-            ops.mlp(x, ws, bs, "relu").backward(upstream)
-        grads_out = [x.grad, *(p.grad for p in params)]
-        for _ in range(3):
-            with torch.no_grad():
-                x.copy_(torch.randn_like(x))
-                upstream.copy_(torch.randn_like(upstream))
-            graph.replay()
-            torch.cuda.synchronize()
+        graph, grads_out = captured_step(lambda: ops.mlp(x, ws, bs, "relu").backward(upstream), (x, *params))
+        for _ in replayed(graph, x, upstream):
             p64 = as64(x, *ws, *bs)
             out64 = ref.mlp(p64[0], p64[1:4], p64[4:], "relu")
             want = torch.autograd.grad(out64, p64, upstream.double())
@@ -335,23 +341,10 @@ def test_gated_backward_inside_a_user_cuda_graph():
         x, wg, wu, wd = gated_params(16, 768, 3072, 768, d, grad=True)
         params = (x, wg, wu, wd)
         upstream = torch.randn(16, 768, dtype=d, device=DEV)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            ops.gated_mlp(x, wg, wu, wd, "gelu_tanh").backward(upstream)  # warm-up outside capture
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        for p in params:
-            p.grad = None
-        with torch.cuda.graph(graph):
-            ops.gated_mlp(x, wg, wu, wd, "gelu_tanh").backward(upstream)
-        grads_out = [p.grad for p in params]
-        for _ in range(3):
-            with torch.no_grad():
-                x.copy_(torch.randn_like(x))
-                upstream.copy_(torch.randn_like(upstream))
-            graph.replay()
-            torch.cuda.synchronize()
+        graph, grads_out = captured_step(
+            lambda: ops.gated_mlp(x, wg, wu, wd, "gelu_tanh").backward(upstream), params
+        )
+        for _ in replayed(graph, x, upstream):
             p64 = as64(*params)
             want = torch.autograd.grad(ref.gated_mlp(*p64, "gelu_tanh"), p64, upstream.double())
             for i, (g, w) in enumerate(zip(grads_out, want)):
