@@ -353,6 +353,7 @@ ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBack
     const bool gated = L.w_up != nullptr;
     // A gated layer's derivative is applied by the layer after it, as it stores the gated layer's dz.
     if (gated && (l != 0 || count < 2 || L.n % 32 != 0 || !aligned16(L.w_up) || !aligned16(L.gu))) return p;
+    // The width the layer before hands this one as its input (a gated layer's I, not its 2I stacked rows).
     const long long prev_n = l == 0 ? L.k : layers[l - 1].w_up != nullptr ? layers[l - 1].n / 2 : layers[l - 1].n;
     if ((!gated && L.act != Act::None && L.act != Act::Relu) || L.n <= 0 || L.k <= 0 || L.n % 16 != 0 ||
         L.k % 16 != 0 || L.n * L.k >= (1ll << 31) || m * L.n >= (1ll << 31) || m * L.k >= (1ll << 31) ||
