@@ -33,9 +33,8 @@ constexpr int kDwRows = 64;   // d-weight tile: rows (n) = 4 warps x 16
 constexpr int kDwCols = 128;  // d-weight tile: columns (k) = 2 warps x 8 MMAs x 8
 
 struct LayerArgs {
-  const void* w;     // [n, k]: rows [0, split); rows [split, n) come from w2 (a gated layer's w_up)
+  const void* w;     // [n, k]; with w2 (a gated layer's w_up) set, rows [0, n/2) and w2's rows [n/2, n)
   const void* w2;
-  int split;
   const void* in;    // [M, k]
   const void* dz;    // [M, n]: this layer's dz (dy, or what the layer after it stored)
   const void* mask;  // [M, k]: the previous layer's output when its act is relu (d in keeps mask > 0), or null
@@ -65,9 +64,10 @@ __device__ void prefetch_slices(const LayerArgs& L, unsigned char* smem) {
     unsigned char* dst = smem + L.smem_off + static_cast<size_t>(j) * L.n * 16;
     const uint16_t* src = static_cast<const uint16_t*>(L.w) + static_cast<long long>(tile) * kTileN;
     const uint16_t* src2 = static_cast<const uint16_t*>(L.w2) + static_cast<long long>(tile) * kTileN;
+    const int split = L.w2 != nullptr ? L.n / 2 : L.n;
     for (int r = threadIdx.x; r < L.n; r += kThreads)
-      cp_async16(dst + r * 16, r < L.split ? src + static_cast<long long>(r) * L.k
-                                           : src2 + static_cast<long long>(r - L.split) * L.k);
+      cp_async16(dst + r * 16, r < split ? src + static_cast<long long>(r) * L.k
+                                         : src2 + static_cast<long long>(r - split) * L.k);
   }
 }
 
@@ -182,6 +182,20 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   __syncthreads();  // red is reused by the next layer
 }
 
+// Staging item c of a d-weight tile (stage_tile): whether it is dz's (else in's), its row and its 8-column chunk;
+// decoded in one place for the load loop and the store loop, which must agree.
+template <int MT>
+struct StageItem {
+  static constexpr int kDzChunks = kDwRows / 8, kInChunks = kDwCols / 8, kDzItems = MT * 16 * kDzChunks;
+  static constexpr int kItems = kDzItems + MT * 16 * kInChunks;
+  bool dz;
+  int row, chunk;
+  __device__ __forceinline__ explicit StageItem(int c) : dz(c < kDzItems) {
+    const int chunks = dz ? kDzChunks : kInChunks, e = dz ? c : c - kDzItems;
+    row = e / chunks, chunk = e - row * chunks;
+  }
+};
+
 // A d-weight tile's operands staged transposed ([column][pitch], rows [0, MT * 16), zeros past M and past the
 // matrix's columns): dz's columns [n0, n0 + 64) into dz_t and in's [k0, k0 + 128) into in_t. Every thread
 // issues all its 16-byte loads (of both matrices) before its first store, so the tile waits for one round
@@ -189,31 +203,28 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
 template <int MT>
 __device__ __forceinline__ void stage_tile(uint16_t* dz_t, uint16_t* in_t, int pitch, const LayerArgs& L, int n0, int k0,
                                            int m) {
-  constexpr int kDzChunks = kDwRows / 8, kInChunks = kDwCols / 8, kItems = MT * 16 * (kDzChunks + kInChunks);
-  constexpr int kPer = (kItems + kThreads - 1) / kThreads;
+  using Item = StageItem<MT>;
+  constexpr int kPer = (Item::kItems + kThreads - 1) / kThreads;
   uint4 v[kPer];
 #pragma unroll
   for (int p = 0; p < kPer; ++p) {
     const int c = threadIdx.x + p * kThreads;
-    const bool dz = c < MT * 16 * kDzChunks;
-    const int chunks = dz ? kDzChunks : kInChunks, e = dz ? c : c - MT * 16 * kDzChunks;
-    const int row = e / chunks, col = (dz ? n0 : k0) + (e - row * chunks) * 8, cols = dz ? L.n : L.k;
-    const uint16_t* src = static_cast<const uint16_t*>(dz ? L.dz : L.in);
+    const Item it(c);
+    const int col = (it.dz ? n0 : k0) + it.chunk * 8, cols = it.dz ? L.n : L.k;
+    const uint16_t* src = static_cast<const uint16_t*>(it.dz ? L.dz : L.in);
     v[p] = make_uint4(0u, 0u, 0u, 0u);
-    if (c < kItems && row < m && col < cols)
-      v[p] = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(row) * cols + col));
+    if (c < Item::kItems && it.row < m && col < cols)
+      v[p] = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(it.row) * cols + col));
   }
 #pragma unroll
   for (int p = 0; p < kPer; ++p) {
     const int c = threadIdx.x + p * kThreads;
-    if (c >= kItems) break;
-    const bool dz = c < MT * 16 * kDzChunks;
-    const int chunks = dz ? kDzChunks : kInChunks, e = dz ? c : c - MT * 16 * kDzChunks;
-    const int row = e / chunks, q = e - row * chunks;
-    uint16_t* dst = dz ? dz_t : in_t;
+    if (c >= Item::kItems) break;
+    const Item it(c);
+    uint16_t* dst = it.dz ? dz_t : in_t;
     const uint16_t* x = reinterpret_cast<const uint16_t*>(&v[p]);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) dst[(q * 8 + j) * pitch + row] = x[j];
+    for (int j = 0; j < 8; ++j) dst[(it.chunk * 8 + j) * pitch + it.row] = x[j];
   }
 }
 
@@ -386,7 +397,7 @@ void run_chain_backward(const ChainBackwardPlan& p, const Ctx& c, const void* dy
     const ChainBackwardLayer& s = layers[l];
     LayerArgs& L = a.l[l];
     L.w = s.w, L.in = s.in, L.dw = s.dw, L.db = s.db;
-    L.w2 = s.w_up, L.split = static_cast<int>(s.w_up != nullptr ? s.n / 2 : s.n);
+    L.w2 = s.w_up;
     L.n = static_cast<int>(s.n), L.k = static_cast<int>(s.k);
     L.tiles = static_cast<int>(s.k / kTileN);
     L.dw_tiles = static_cast<int>(dw_tiles_of(s.n, s.k));

@@ -527,6 +527,7 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
   const Ctx c = ctx_for(x, Op::GatedMlp);
   const bool has_grad_h = grad_h.has_value();
   const size_t plane = static_cast<size_t>(m * inter) * x2.t.element_size();
+  std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {2, inter, hdim}), empty_on(wd.t, {out_dim, inter})};
   if (!has_grad_h) {  // small batches: the whole backward in one persistent launch where the table says so
     ChainBackwardLayer cb[2];
     cb[0].w = wg.ptr(), cb[0].w_up = wu.ptr(), cb[0].gu = gu2.const_data_ptr(), cb[0].in = x2.ptr();
@@ -536,8 +537,6 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
     if (fused.run) {
       Scratch s;
       const size_t dgu_at = s.reserve(2 * plane);  // (dg | du) per row: the gated layer's dz [M, 2I]
-      std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {2, inter, hdim}),
-                                    empty_on(wd.t, {out_dim, inter})};
       s.allocate(x);
       cb[0].dz = s.at(dgu_at), cb[0].dw = result[1].mutable_data_ptr(), cb[1].dw = result[2].mutable_data_ptr();
       run_chain_backward(fused, c, dy.ptr(), result[0].mutable_data_ptr(), m, cb, 2, dt);
@@ -562,7 +561,6 @@ std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h
   const GemmPlan* p_dwd = gemms.plan(out_dim, inter, m, true, false, false, alignment_of(dy.ptr()),
                                      alignment_of(h2.ptr()), kFreshAlign);
   gemms.reserve(s);
-  std::vector<Tensor> result = {empty_rows_like(x, hdim), empty_on(wg.t, {2, inter, hdim}), empty_on(wd.t, {out_dim, inter})};
   s.allocate(x);
   void* dh = s.at(dh_at);
   char* dg = static_cast<char*>(s.at(dgu_at));
