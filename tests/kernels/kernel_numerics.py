@@ -14,7 +14,7 @@ TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2.5e-2}
 # roundings of each stored intermediate dz.
 SAME_SAVED_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
-_ACT64 = {  # the activations as the float64 oracles apply them (fused_mlp.reference's, without importing it)
+ACT64 = {  # the activations as the float64 oracles apply them (fused_mlp.reference's, without importing it)
     "none": lambda z: z,
     "relu": torch.relu,
     "gelu": torch.nn.functional.gelu,
@@ -130,7 +130,7 @@ def gated_backward64(dy, x, w_gate, w_up, w_down, h, gu, activation: str, store=
     u = gu[1].double().reshape(g.shape)
     dh = dy64 @ w_down.double()
     with torch.enable_grad():
-        f = _ACT64[activation](g)
+        f = ACT64[activation](g)
         (df,) = torch.autograd.grad(f, g, torch.ones_like(f))
     dg, du = dh * u * df, dh * f.detach()
     if store is not None:

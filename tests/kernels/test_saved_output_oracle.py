@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 from kernel_numerics import (
+    ACT64,
     ACTIVATIONS,
     SAME_SAVED_TOL,
     gated_backward64,
@@ -63,10 +64,17 @@ def gated_params(dtype, rows=17, hidden=96, inter=208, out=80):
 def gated_forward(x, wg, wu, wd, activation):
     """y, and what the op saves: h = act(g) u and the (g, u) planes [2, M, I], in the inputs' dtype."""
     g, u = x @ wg.T, x @ wu.T
-    act = {"none": lambda z: z, "relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
-           "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}[activation]  # fmt: skip
-    h = act(g) * u
+    h = ACT64[activation](g) * u
     return h @ wd.T, h, torch.stack((g, u))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_oracle_activations_are_the_reference_ones(activation):
+    """kernel_numerics keeps its own copy (bench/check_paths.py loads it without fused_mlp): it must not drift."""
+    from fused_mlp.reference import apply_activation
+
+    z = torch.linspace(-8, 8, 1001, dtype=torch.float64)
+    assert torch.equal(ACT64[activation](z), apply_activation(z, activation))
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
