@@ -140,20 +140,6 @@ def ours_fn(w: Workload, a: dict, ops=triton_ops) -> Callable[[], torch.Tensor]:
     return lambda: ops.act_and_mul(a["gate"], a["up"], "gelu_tanh")
 
 
-def graphed(fn: Callable[[], torch.Tensor], repeat: int = 1) -> Callable[[], None]:
-    """fn captured `repeat` times in one CUDA graph (after a warm-up call); returns its replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(repeat):
-            fn()
-    return graph.replay
-
-
 def stream_us(fn: Callable, iters: int) -> float:
     """µs per call of fn issued back to back (host and GPU overlap), median of 5 rounds."""
     for _ in range(3):
@@ -172,7 +158,7 @@ def stream_us(fn: Callable, iters: int) -> float:
 def gpu_us(fn: Callable[[], torch.Tensor], repeat: int = 20) -> float | None:
     """GPU µs per call: replay of one graph holding `repeat` calls, timed with events (median of 10)."""
     try:
-        replay = graphed(fn, repeat)
+        replay = harness.graphed(fn, repeat)
     except Exception:  # noqa: BLE001  (not capturable, or the candidate does not compile/fit)
         return None
     replay()
@@ -219,21 +205,21 @@ def implementations(w: Workload, a: dict, max_autotune: bool) -> dict[str, Calla
 
         configs.PDL_ENABLED = False
         try:
-            return graphed(ours_fn(w, a))
+            return harness.graphed(ours_fn(w, a))
         finally:
             configs.PDL_ENABLED = True
 
     impls = {
         "eager": lambda: eager,
         "cublaslt_epilogue": lambda: cublaslt_fn(w, a),
-        "eager_cuda_graph": lambda: graphed(eager),
+        "eager_cuda_graph": lambda: harness.graphed(eager),
         "compile": compiled(None),
     }
     if max_autotune:
         impls["compile_max_autotune"] = compiled("max-autotune")
     impls["liger"] = lambda: liger_fn(w, a)
     impls["ours"] = lambda: ours_fn(w, a)
-    impls["ours_in_user_graph"] = lambda: graphed(ours_fn(w, a))
+    impls["ours_in_user_graph"] = lambda: harness.graphed(ours_fn(w, a))
     if w.kind != "act_and_mul":
         impls["ours_in_user_graph_no_pdl"] = ours_graph_without_pdl
     return impls
