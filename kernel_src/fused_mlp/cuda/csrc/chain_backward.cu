@@ -32,6 +32,28 @@ constexpr int kTileN = 8;     // d-input columns per tile: mma's N
 constexpr int kDwRows = 64;   // d-weight tile: rows (n) = 4 warps x 16
 constexpr int kDwCols = 128;  // d-weight tile: columns (k) = 2 warps x 8 MMAs x 8
 
+// The phase clock of bench/probe_chain_backward.py: built with FUSED_MLP_TRACE_PHASES defined (a probe build, never
+// shipped), thread 0 of every program records %globaltimer at each phase's end and prints them when the kernel
+// ends; otherwise phase() is empty. Phases: 0 entry, 1 prefetch issued, then per layer (from the last) its
+// weight slices ready, d input done, d weight done, grid barrier passed.
+#ifdef FUSED_MLP_TRACE_PHASES
+constexpr int kPhases = 2 + 4 * kMaxChainLayers;
+__shared__ unsigned long long phase_ns[kPhases];
+__device__ __forceinline__ void phase(int i) {
+  if (threadIdx.x != 0) return;
+  if (i == 0)  // a phase a program skips (no d-input tile) prints 0
+    for (int j = 1; j < kPhases; ++j) phase_ns[j] = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(phase_ns[i]));
+}
+__device__ void print_phases(int count) {
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 2 + 4 * count; ++i) printf("PHASE %d %d %llu\n", blockIdx.x, i, phase_ns[i]);
+}
+#else
+__device__ __forceinline__ void phase(int) {}
+__device__ __forceinline__ void print_phases(int) {}
+#endif
+
 struct LayerArgs {
   const void* w;     // [n, k]; with w2 (a gated layer's w_up) set, rows [0, n/2) and w2's rows [n/2, n)
   const void* w2;
@@ -140,6 +162,7 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   load_a<MT>(f0, dz, n, m, warp, g, t);  // in flight while the weight slices land
   cp_async_wait(pending);
   __syncthreads();
+  phase(2 + 4 * (a.count - 1 - pending));
   for (int kc = warp; kc < chunks; kc += 2 * kWarps) {
     load_a<MT>(f1, dz, n, m, kc + kWarps, g, t);
     mma_k_chunk<T, MT, TG>(acc, f0, slices, slice_bytes, kc, n, ntiles);
@@ -287,10 +310,12 @@ template <typename T, int MT>
 __global__ void __launch_bounds__(kThreads, 1) chain_backward_kernel(const Args a) {
   constexpr int TG = 4 / MT;
   extern __shared__ __align__(16) unsigned char smem[];
+  phase(0);
   for (int l = a.count; l-- > 0;) {
     prefetch_slices(a.l[l], smem);
     cp_async_commit();
   }
+  phase(1);
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   if (a.last_out != nullptr) {  // the last layer's relu: dz = dy where its output is > 0
     const long long total = static_cast<long long>(a.m) * a.l[a.count - 1].n;
@@ -305,9 +330,14 @@ __global__ void __launch_bounds__(kThreads, 1) chain_backward_kernel(const Args 
   float* red = reinterpret_cast<float*>(smem + a.red_off);
   for (int l = a.count; l-- > 0;) {
     d_input<T, MT, TG>(a, a.l[l], smem, red, l);  // l commit groups (layers l-1..0) may still be in flight
+    const int at = 2 + 4 * (a.count - 1 - l);
+    phase(at + 1);
     d_weight<T, MT>(a, a.l[l], smem);
+    phase(at + 2);
     if (l > 0) grid.sync();
+    phase(at + 3);
   }
+  print_phases(a.count);
 }
 
 using KernelFn = void (*)(const Args);
