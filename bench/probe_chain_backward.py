@@ -39,12 +39,12 @@ def phase_names(layers: int) -> list[str]:
     return names
 
 
-def run_one(kernel, workload: str, rows: int) -> int:
+def run_one(kernel, workload: str, rows: int, device: str = "cuda") -> int:
     """Forward + backward of `workload` at `rows`; returns the number of layers its backward kernel walks."""
     import torch
 
     def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, device="cuda") * scale).to(torch.bfloat16)
+        return (torch.randn(*shape, device=device) * scale).to(torch.bfloat16)
 
     if workload == "gated":
         x = rnd(rows, 768).requires_grad_()
