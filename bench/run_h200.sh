@@ -8,7 +8,8 @@
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
 # env: OUT (default ./h200-out); STAGES (default "tests check host ops model loader", run in that order; add `paths`
-# for the path-table sweep, `chain` for bench/chain_cost.py, `breakdown` for bench/gated_breakdown.py, PATHS_STEPS=chain,...
+# for the path-table sweep, `chain` for bench/chain_cost.py, `breakdown` for bench/gated_breakdown.py, `probe` for
+# bench/probe_chain_backward.py over the probe builds PROBE_DISTS (space-separated dists; PROBE_ROWS, default 1,16), PATHS_STEPS=chain,...
 # to sweep only those steps); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
@@ -132,6 +133,20 @@ stage_paths() {
   log "path table sweep (every implementation of every step)"
   timeout "$T_PATHS" python3 bench/bench_paths.py "${LOAD[@]}" --steps "${PATHS_STEPS:-linear,gate_up,act_and_mul,chain}" \
     --json "$OUT/paths.json" || log "bench_paths failed or timed out"
+}
+stage_probe() {  # the persistent backward phase by phase, per probe build (FUSED_MLP_TRACE_PHASES): one probe.json
+  local d
+  for d in ${PROBE_DISTS:-}; do
+    log "probe of $d"
+    timeout "${T_PROBE:-40}" python3 bench/probe_chain_backward.py \
+      --variant-dir "$d/build/torch-stable-abi211-cu130-x86_64-linux" --rows "${PROBE_ROWS:-1,16}" \
+      --json "$WORK/probe_$(basename "$d").json" || log "probe of $d failed or timed out"
+  done
+  python3 -c '
+import json, sys
+from pathlib import Path
+runs = {p.stem.removeprefix("probe_"): json.loads(p.read_text()) for p in sorted(Path(sys.argv[1]).glob("probe_*.json"))}
+Path(sys.argv[2]).write_text(json.dumps(runs, indent=1))' "$WORK" "$OUT/probe.json"
 }
 stage_chain() {  # the persistent chain kernel: cost per layer / per row, weights from L2 and from HBM
   log "chain kernel cost"
