@@ -27,7 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORKLOADS = ("gated", "mlp")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from registry.client.workloads import Workload, api_forward, make_inputs
+
+LAYERS = {"gated": 2, "mlp": 3}  # the layers the backward kernel walks: the gated layer + down; three linears
 LAYER_PHASES = ("slices ready", "d input", "d weight", "barrier")
 
 
@@ -40,31 +43,14 @@ def phase_names(layers: int) -> list[str]:
 
 
 def run_one(kernel, workload: str, rows: int, device: str = "cuda") -> int:
-    """Forward + backward of `workload` at `rows`; returns the number of layers its backward kernel walks."""
+    """Forward + backward of `workload` (the shared bench workload: gated H=768 I=3072, or mlp 3x1024) at `rows`
+    through the public op; returns the number of layers its backward kernel walks."""
     import torch
 
-    def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, device=device) * scale).to(torch.bfloat16)
-
-    if workload == "gated":
-        x = rnd(rows, 768).requires_grad_()
-        ws = [
-            rnd(3072, 768, scale=768**-0.5),
-            rnd(3072, 768, scale=768**-0.5),
-            rnd(768, 3072, scale=3072**-0.5),
-        ]
-        for w in ws:
-            w.requires_grad_()
-        out = kernel.gated_mlp(x, *ws, "gelu_tanh")
-        layers = 2
-    else:
-        x = rnd(rows, 1024).requires_grad_()
-        ws = [rnd(1024, 1024, scale=1024**-0.5).requires_grad_() for _ in range(3)]
-        bs = [rnd(1024).requires_grad_() for _ in range(3)]
-        out = kernel.mlp(x, ws, bs, "relu")
-        layers = 3
+    w = Workload(workload, rows, train=True)
+    out = api_forward(w, make_inputs(w, torch.bfloat16, device), kernel)
     out.backward(torch.randn_like(out))
-    return layers
+    return LAYERS[workload]
 
 
 def child(variant_dir: Path, rows_list: list[int]) -> int:
@@ -86,7 +72,7 @@ def child(variant_dir: Path, rows_list: list[int]) -> int:
         libc.fflush(None)
         os.write(1, f"{text}\n".encode())
 
-    for workload in WORKLOADS:
+    for workload in LAYERS:
         for rows in rows_list:
             for _ in range(3):
                 run_one(kernel, workload, rows)
