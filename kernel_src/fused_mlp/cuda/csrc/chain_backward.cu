@@ -53,6 +53,8 @@ __device__ void print_phases(int count) {
 __device__ __forceinline__ void phase(int) {}
 __device__ __forceinline__ void print_phases(int) {}
 #endif
+// The first of layer l's four phases when the kernel walks `count` layers from the last.
+__device__ __forceinline__ int layer_phase(int count, int l) { return 2 + 4 * (count - 1 - l); }
 
 struct LayerArgs {
   const void* w;     // [n, k]; with w2 (a gated layer's w_up) set, rows [0, n/2) and w2's rows [n/2, n)
@@ -162,7 +164,7 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   load_a<MT>(f0, dz, n, m, warp, g, t);  // in flight while the weight slices land
   cp_async_wait(pending);
   __syncthreads();
-  phase(2 + 4 * (a.count - 1 - pending));
+  phase(layer_phase(a.count, pending));  // pending == this layer's index
   for (int kc = warp; kc < chunks; kc += 2 * kWarps) {
     load_a<MT>(f1, dz, n, m, kc + kWarps, g, t);
     mma_k_chunk<T, MT, TG>(acc, f0, slices, slice_bytes, kc, n, ntiles);
@@ -330,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_backward_kernel(const Args 
   float* red = reinterpret_cast<float*>(smem + a.red_off);
   for (int l = a.count; l-- > 0;) {
     d_input<T, MT, TG>(a, a.l[l], smem, red, l);  // l commit groups (layers l-1..0) may still be in flight
-    const int at = 2 + 4 * (a.count - 1 - l);
+    const int at = layer_phase(a.count, l);
     phase(at + 1);
     d_weight<T, MT>(a, a.l[l], smem);
     phase(at + 2);
