@@ -55,7 +55,8 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader || true
 
 WORK="$(mktemp -d)"
-CUDA_DIR="$DIST/build/torch-stable-abi211-cu130-x86_64-linux"
+CUDA_VARIANT=torch-stable-abi211-cu130-x86_64-linux  # the stable-ABI variant get_kernel picks here
+CUDA_DIR="$DIST/build/$CUDA_VARIANT"
 
 # A hub on 127.0.0.1 with DIST published as acme/fused-mlp (all variants) and acme/fused-mlp-triton (torch-cuda,
 # torch-cpu, torch-universal); sets URL, HF_ENDPOINT, HF_TOKEN.
@@ -139,7 +140,7 @@ stage_probe() {  # the persistent backward phase by phase, per probe build (FUSE
   for d in ${PROBE_DISTS:-}; do
     log "probe of $d"
     timeout "${T_PROBE:-40}" python3 bench/probe_chain_backward.py \
-      --variant-dir "$d/build/torch-stable-abi211-cu130-x86_64-linux" --rows "${PROBE_ROWS:-1,16}" \
+      --variant-dir "$d/build/$CUDA_VARIANT" --rows "${PROBE_ROWS:-1,16}" \
       --json "$WORK/probe_$(basename "$d").json" || log "probe of $d failed or timed out"
   done
   python3 -c '
