@@ -63,6 +63,9 @@ def child(variant_dir: Path, rows_list: list[int]) -> int:
     import harness
 
     kernel = harness.import_variant_dir(variant_dir, "probe")
+    # Reading BACKEND starts CUDA and loads the chosen backend: the op library registers its ops only then.
+    if kernel.BACKEND != "cuda":
+        raise SystemExit(f"{variant_dir}: the CUDA backend did not load ({kernel.BACKEND_SKIPPED})")
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     ns.cuda_set_path("chain_backward", "persistent")
     libc = ctypes.CDLL(None)
