@@ -37,17 +37,20 @@ constexpr int kDwCols = 128;  // d-weight tile: columns (k) = 2 warps x 8 MMAs x
 // ends; otherwise phase() is empty. Phases: 0 entry, 1 prefetch issued, then per layer (from the last) its
 // weight slices ready, d input done, d weight done, grid barrier passed.
 #ifdef FUSED_MLP_TRACE_PHASES
-constexpr int kPhases = 2 + 4 * kMaxChainLayers;
-__shared__ unsigned long long phase_ns[kPhases];
+// In global memory, one row per program: static shared memory would lower the dynamic limit below the opt-in
+// maximum that prepared_function sets (cudaFuncSetAttribute then fails with "invalid argument").
+constexpr int kPhases = 2 + 4 * kMaxChainLayers, kPhasePrograms = 1024;
+__device__ unsigned long long phase_ns[kPhasePrograms][kPhases];
 __device__ __forceinline__ void phase(int i) {
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0 || blockIdx.x >= kPhasePrograms) return;
+  unsigned long long* row = phase_ns[blockIdx.x];
   if (i == 0)  // a phase a program skips (no d-input tile) prints 0
-    for (int j = 1; j < kPhases; ++j) phase_ns[j] = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(phase_ns[i]));
+    for (int j = 1; j < kPhases; ++j) row[j] = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(row[i]));
 }
 __device__ void print_phases(int count) {
-  if (threadIdx.x == 0)
-    for (int i = 0; i < 2 + 4 * count; ++i) printf("PHASE %d %d %llu\n", blockIdx.x, i, phase_ns[i]);
+  if (threadIdx.x == 0 && blockIdx.x < kPhasePrograms)
+    for (int i = 0; i < 2 + 4 * count; ++i) printf("PHASE %d %d %llu\n", blockIdx.x, i, phase_ns[blockIdx.x][i]);
 }
 #else
 __device__ __forceinline__ void phase(int) {}
