@@ -10,7 +10,8 @@
 # env: OUT (default ./h200-out); STAGES (default "tests check host ops model loader", run in that order; add `paths`
 # for the path-table sweep, `chain` for bench/chain_cost.py, `breakdown` for bench/gated_breakdown.py, `probe` for
 # bench/probe_chain_backward.py over the probe builds PROBE_DISTS (space-separated dists; PROBE_ROWS, default 1,16), PATHS_STEPS=chain,...
-# to sweep only those steps); QUICK=1: fewer rows, no
+# to sweep only those steps), `ab` for candidate builds AB_DISTS (their tests/cuda, then the path table of
+# AB_STEPS for DIST and each, AB_ROUNDS rounds); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
 # MAX_AUTOTUNE=0: no torch.compile max-autotune row (bench_ops.MAX_AUTOTUNE_ROWS); MODEL_ROWS: the model
@@ -148,6 +149,32 @@ import json, sys
 from pathlib import Path
 runs = {p.stem.removeprefix("probe_"): json.loads(p.read_text()) for p in sorted(Path(sys.argv[1]).glob("probe_*.json"))}
 Path(sys.argv[2]).write_text(json.dumps(runs, indent=1))' "$WORK" "$OUT/probe.json"
+}
+stage_ab() {  # candidate builds (AB_DISTS, space-separated, their stable-ABI variant only) against DIST: each one's
+  # tests/cuda (AB_TESTS=0 skips them), then the path table of the steps AB_STEPS (default chain_backward), one
+  # process per build (bench_paths loads one), DIST (label a) then each candidate (label: its folder's name), for
+  # AB_ROUNDS rounds (default 2) so drift shows: ab_tests_LABEL.log, ab_paths_LABEL_N.json
+  local d round label dir
+  [ -n "${AB_DISTS:-}" ] || { log "stage ab needs AB_DISTS"; return; }
+  if [ "${AB_TESTS:-1}" != 0 ]; then
+    for d in $AB_DISTS; do
+      log "A/B: tests/cuda on $d"
+      FUSED_MLP_VARIANT_DIR="$d/build/$CUDA_VARIANT" timeout "${T_AB_TESTS:-110}" python3 -m pytest -m gpu -q \
+        -p no:cacheprovider tests/cuda > "$OUT/ab_tests_$(basename "$d").log" 2>&1
+      echo "tests/cuda on $d exit $?" >> "$OUT/ab_tests_$(basename "$d").log"
+      tail -2 "$OUT/ab_tests_$(basename "$d").log"
+    done
+  fi
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    for d in "$DIST" $AB_DISTS; do
+      label=a; dir="$CUDA_DIR"
+      [ "$d" != "$DIST" ] && label="$(basename "$d")" && dir="$d/build/$CUDA_VARIANT"
+      log "A/B round $round: path table of ${AB_STEPS:-chain_backward} on $label ($dir)"
+      timeout "${T_AB_PATHS:-60}" python3 bench/bench_paths.py --variant-dir "$dir=$label" \
+        --steps "${AB_STEPS:-chain_backward}" --json "$OUT/ab_paths_${label}_$round.json" > /dev/null \
+        || log "A/B path table of $label failed or timed out"
+    done
+  done
 }
 stage_chain() {  # the persistent chain kernel: cost per layer / per row, weights from L2 and from HBM
   log "chain kernel cost"
