@@ -10,8 +10,9 @@
 //   that is the previous layer's dz (or dx for the first layer). After a gated layer this is dh, and the
 //   store writes that layer's dz instead: dg = dh u act'(g) and du = dh act(g) from its saved (g, u).
 // - d weight: the program's 64x128 tiles of dW = dz^T in ([n, k], K = M): dz's and in's columns are staged
-//   transposed in shared memory (rows padded to 16, zeros past M) so both MMA operands are K-contiguous; the
-//   tiles with column 0 also sum dz's columns: the bias gradient.
+//   transposed in shared memory (rows padded to 16, zeros past M) so both MMA operands are K-contiguous, the
+//   next tile's loads in flight while one multiplies; the tiles with column 0 also sum dz's columns: the bias
+//   gradient.
 // A grid barrier separates the layers (the next layer reads this one's dz); buffers other programs wrote are
 // read with ld.global.cg (L2), never through L1.
 #include "chain.h"
@@ -210,7 +211,7 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   __syncthreads();  // red is reused by the next layer
 }
 
-// Staging item c of a d-weight tile (stage_tile): whether it is dz's (else in's), its row and its 8-column chunk;
+// Staging item c of a d-weight tile (load_stage, store_stage): whether it is dz's (else in's), its row and its 8-column chunk;
 // decoded in one place for the load loop and the store loop, which must agree.
 template <int MT>
 struct StageItem {
@@ -225,32 +226,40 @@ struct StageItem {
 };
 
 // A d-weight tile's operands staged transposed ([column][pitch], rows [0, MT * 16), zeros past M and past the
-// matrix's columns): dz's columns [n0, n0 + 64) into dz_t and in's [k0, k0 + 128) into in_t. Every thread
-// issues all its 16-byte loads (of both matrices) before its first store, so the tile waits for one round
-// trip to L2, not one per matrix.
+// matrix's columns): dz's columns [n0, n0 + 64) into dz_t and in's [k0, k0 + 128) into in_t. In two halves so the
+// next tile's loads fly while this one multiplies: load_stage issues every 16-byte load of a thread (both matrices)
+// into registers, store_stage writes them transposed once the staging area is free.
 template <int MT>
-__device__ __forceinline__ void stage_tile(uint16_t* dz_t, uint16_t* in_t, int pitch, const LayerArgs& L, int n0, int k0,
-                                           int m) {
-  using Item = StageItem<MT>;
-  constexpr int kPer = (Item::kItems + kThreads - 1) / kThreads;
+struct Stage {
+  static constexpr int kPer = (StageItem<MT>::kItems + kThreads - 1) / kThreads;
   uint4 v[kPer];
+};
+
+template <int MT>
+__device__ __forceinline__ void load_stage(Stage<MT>& st, const LayerArgs& L, int n0, int k0, int m) {
+  using Item = StageItem<MT>;
 #pragma unroll
-  for (int p = 0; p < kPer; ++p) {
+  for (int p = 0; p < Stage<MT>::kPer; ++p) {
     const int c = threadIdx.x + p * kThreads;
     const Item it(c);
     const int col = (it.dz ? n0 : k0) + it.chunk * 8, cols = it.dz ? L.n : L.k;
     const uint16_t* src = static_cast<const uint16_t*>(it.dz ? L.dz : L.in);
-    v[p] = make_uint4(0u, 0u, 0u, 0u);
+    st.v[p] = make_uint4(0u, 0u, 0u, 0u);
     if (c < Item::kItems && it.row < m && col < cols)
-      v[p] = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(it.row) * cols + col));
+      st.v[p] = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<long long>(it.row) * cols + col));
   }
+}
+
+template <int MT>
+__device__ __forceinline__ void store_stage(const Stage<MT>& st, uint16_t* dz_t, uint16_t* in_t, int pitch) {
+  using Item = StageItem<MT>;
 #pragma unroll
-  for (int p = 0; p < kPer; ++p) {
+  for (int p = 0; p < Stage<MT>::kPer; ++p) {
     const int c = threadIdx.x + p * kThreads;
     if (c >= Item::kItems) break;
     const Item it(c);
     uint16_t* dst = it.dz ? dz_t : in_t;
-    const uint16_t* x = reinterpret_cast<const uint16_t*>(&v[p]);
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(&st.v[p]);
 #pragma unroll
     for (int j = 0; j < 8; ++j) dst[(it.chunk * 8 + j) * pitch + it.row] = x[j];
   }
@@ -266,10 +275,16 @@ __device__ void d_weight(const Args& a, const LayerArgs& L, unsigned char* smem)
   uint16_t* in_t = dz_t + kDwRows * pitch;                          // [128][pitch]
   T* dw = static_cast<T*>(L.dw);
   const int r0 = (warp & 3) * 16, c0 = (warp >> 2) * 64;
+  Stage<MT> st;
+  if (blockIdx.x < L.dw_tiles)
+    load_stage<MT>(st, L, (blockIdx.x / tiles_k) * kDwRows, (blockIdx.x % tiles_k) * kDwCols, m);
   for (int tile = blockIdx.x; tile < L.dw_tiles; tile += gridDim.x) {
     const int n0 = (tile / tiles_k) * kDwRows, k0 = (tile % tiles_k) * kDwCols;
-    stage_tile<MT>(dz_t, in_t, pitch, L, n0, k0, m);
+    store_stage<MT>(st, dz_t, in_t, pitch);
     __syncthreads();
+    const int next = tile + gridDim.x;
+    if (next < L.dw_tiles)  // the next tile's loads fly while this one multiplies and stores
+      load_stage<MT>(st, L, (next / tiles_k) * kDwRows, (next % tiles_k) * kDwCols, m);
     float acc[8][4];
 #pragma unroll
     for (int f = 0; f < 8; ++f)
