@@ -102,11 +102,15 @@ if [ "${HUB:-1}" != 0 ]; then
   fi
 fi
 
+# tests/cuda against one built stable-ABI variant dir, within a time limit, into a log that ends with the exit status.
+cuda_tests() {  # VARIANT_DIR LIMIT_S LOG
+  FUSED_MLP_VARIANT_DIR="$1" timeout "$2" python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda > "$3" 2>&1
+  echo "tests/cuda on $1 exit $?" >> "$3"
+}
 stage_tests() {
   log "GPU tests: tests/cuda against the built stable-ABI variant, tests/kernels (Triton)"
   # The two suites check numbers, not speed, so they share the GPU (and the box's 16 cores for JIT) at once.
-  (FUSED_MLP_VARIANT_DIR="$CUDA_DIR" timeout "$T_TESTS" python3 -m pytest -m gpu -q -p no:cacheprovider tests/cuda \
-    > "$WORK/tests-cuda.log" 2>&1; echo "tests/cuda exit $?" >> "$WORK/tests-cuda.log") &
+  cuda_tests "$CUDA_DIR" "$T_TESTS" "$WORK/tests-cuda.log" &
   local cuda_tests=$!  # `wait` alone would also wait for the hub server
   if [ "$QUICK" != 1 ]; then
     timeout "$T_TESTS_TRITON" python3 -m pytest -m gpu -q -p no:cacheprovider tests/kernels tests/loader/test_kernelize.py \
@@ -159,9 +163,7 @@ stage_ab() {  # candidate builds (AB_DISTS, space-separated, their stable-ABI va
   if [ "${AB_TESTS:-1}" != 0 ]; then
     for d in $AB_DISTS; do
       log "A/B: tests/cuda on $d"
-      FUSED_MLP_VARIANT_DIR="$d/build/$CUDA_VARIANT" timeout "${T_AB_TESTS:-110}" python3 -m pytest -m gpu -q \
-        -p no:cacheprovider tests/cuda > "$OUT/ab_tests_$(basename "$d").log" 2>&1
-      echo "tests/cuda on $d exit $?" >> "$OUT/ab_tests_$(basename "$d").log"
+      cuda_tests "$d/build/$CUDA_VARIANT" "${T_AB_TESTS:-110}" "$OUT/ab_tests_$(basename "$d").log"
       tail -2 "$OUT/ab_tests_$(basename "$d").log"
     done
   fi
