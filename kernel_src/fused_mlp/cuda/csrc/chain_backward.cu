@@ -211,8 +211,8 @@ __device__ void d_input(const Args& a, const LayerArgs& L, const unsigned char* 
   __syncthreads();  // red is reused by the next layer
 }
 
-// Staging item c of a d-weight tile (load_stage, store_stage): whether it is dz's (else in's), its row and its 8-column chunk;
-// decoded in one place for the load loop and the store loop, which must agree.
+// Staging item c of a d-weight tile (load_stage, store_stage): whether it is dz's (else in's), its row and its
+// 8-column chunk; decoded in one place for the load loop and the store loop, which must agree.
 template <int MT>
 struct StageItem {
   static constexpr int kDzChunks = kDwRows / 8, kInChunks = kDwCols / 8, kDzItems = MT * 16 * kDzChunks;
