@@ -2,6 +2,7 @@
 
 `arch` (GPU arch notation, SASS/PTX compatibility), `names` (repo type, version branches, commit ids),
 `variant` (metadata.json as a typed dataclass), `build_matrix` (build/matrix.toml, read once),
-`digest` (which files a variant's digest covers, and how) and `signing` (metadata.json signatures).
+`digest` (which files a variant's digest covers, and how), `signing` (metadata.json signatures) and
+`presets` (the real-model shape suite that benchmarks and speed checks time).
 Submodules import only the standard library and (`signing`) `cryptography`: the hub server uses them too.
 """
