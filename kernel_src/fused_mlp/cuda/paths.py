@@ -36,15 +36,16 @@ FALLBACK names what runs when the chosen implementation cannot take a call (fp32
 
 Two tables, because two things decide what is fastest:
 - PATHS: calls issued one by one (eager Python loops). Up to mid-size batches these are host-bound: a
-  call's wall time is its host time (H200 host: a Triton launch ~4 µs, a cuBLASLt GEMM 7-14 µs more), so
+  call's wall time is its host time, and a Triton launch costs less host time than a cuBLASLt GEMM, so
   Triton kernels win there although cuBLASLt is faster on the GPU.
 - GRAPH_PATHS: calls captured into a CUDA graph (a user's capture, torch.compile's cudagraphs): the host
   cost is paid once at capture, GPU time decides. An arch without graph rows uses its PATHS.
 The C++ side asks the stream it launches on (cudaStreamIsCapturing) which table applies.
 
 Keys: a step, or "op/step" for one op only (ops: linear, mlp, gated_mlp, act_and_mul, and gated_mlp_train: the
-gated MLP's training forward, which also stores (g, u)), which wins over the step's own rows. Rows: (max rows M or None for any, implementation); the first row whose bound admits M
-wins. An arch without an entry uses "default". Numbers behind each choice: bench/RESULTS.md ("path table").
+gated MLP's training forward, which also stores (g, u)), which wins over the step's own rows. Rows: (max rows M
+or None for any, implementation); the first row whose bound admits M wins. An arch without an entry uses
+"default". The measurements behind each row: bench/BENCHMARKS.md ("Path table"), from bench/bench_paths.py.
 """
 
 from __future__ import annotations
@@ -89,38 +90,25 @@ TRITON_KERNELS = {
 Rows = tuple[tuple[int | None, str], ...]
 
 PATHS: dict[str, dict[str, Rows]] = {
-    # H200, bf16, 2026-12-03, bench/bench_paths.py (bench/RESULTS.md "path table"): wall µs of a stream of
-    # calls up to M=64, GPU µs in a graph beyond. linear (3072->768): M<=64 Triton 13.7-14.9 wall vs
-    # cuBLASLt 28.8-29.3; mlp 3x1024: M<=64 Triton 22.2-28.8 vs 49.9-51.5; at M=1024 cuBLASLt's 36.3 wall is
-    # its host time (GPU 17.7) while Triton's host is ~25 and its GPU 21.3; from M=4096 GPU-bound (cuBLASLt
-    # 44.1 vs 55.8). gate_up: fused Triton one launch, GPU 14-17 vs split 16-19 to M=256, even at
-    # 1024-4096 (34.8/34.5, 112.0/111.0), split at 8192 (216.0 vs 223.3). act_and_mul: CUDA 1.8-2.7 vs
-    # Triton 2.6-2.8 to M=256 (wall equal). Since its tanh GELU went from tanhf to the exp form (2026-12-04,
-    # bench/act_mul_sweep.py, GPU µs in a graph): CUDA to 2048 rows (1024: 4.39 vs 4.93), Triton beyond (4096:
-    # 19.85 vs 20.07; 8192: 37.31 vs 37.71; before the change CUDA took 40.0 there). Since the Triton kernels'
-    # tanh GELU took the same sigmoid form and the cubin 1024-element blocks of 4 warps (2026-12-04 17:53 UTC,
-    # bench_paths): Triton at every M, GPU 1.19-7.14 vs CUDA 1.69-8.06 µs at 1-2048 rows, 18.78 / 36.65 vs 20.12 /
-    # 37.71 at 4096 / 8192; wall 9.1-9.8 vs 9.6-10.1 (one outlier: 13.8 vs 10.1 at 16 rows). gate_up above 256
-    # rows: the Hopper kernel (see GRAPH_PATHS; wall at 1024 / 2048 rows: 33.5 / 57.3 vs split 37.1 / 62.0).
+    # Calls one at a time: small batches are host-bound, so a Triton launch wins until cuBLASLt's faster GEMM
+    # pays for its extra host time (mlp's back-to-back layers stay host-bound to 1024 rows);
+    # gate_up's Triton kernel is one launch where split is three, and the Hopper kernel wins above 256 rows;
+    # act_and_mul's Triton kernel is as fast as the CUDA one or faster at every row count. Measured on an
+    # H200 in bf16: bench/BENCHMARKS.md "Path table".
     "sm_90a": {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),  # see GRAPH_PATHS
         "act_and_mul": ((None, "triton"),),
-        # One launch instead of one per layer: wall at 1-64 rows (bench_paths, 2026-12-03 20:54 UTC) mlp 3x1024
-        # 19.6-21.2 vs 27.6-28.7 µs, gated 768x3072 16.1-16.4 vs 19.4-19.6 at 1-16 rows (beyond, that shape
-        # falls back: 384 tiles of 8 columns exceed the kernel's 2 per SM at 17-32 rows).
+        # One launch instead of one per layer saves the other launches' host time. The gated 768x3072 falls
+        # back above 16 rows: its 384 tiles of 8 columns exceed the kernel's 2 per SM.
         "chain": ((64, "persistent"), (None, "layers")),
-        # Wall µs of fwd+bwd, one call at a time (H200, 2026-12-06, bench_paths, bench/RESULTS.md session 35), summed
-        # over mlp 3x1024 relu and linear 768->3072 relu: 262.7 / 235.0 / 232.4 / 237.8 / 220.8 / 231.1 vs the layers'
-        # 331.4 / 306.1 / 297.1 / 301.1 / 322.7 / 318.6 at 1 / 8 / 16 / 32 / 48 / 64 rows (run 4). A 32-layer mlp
-        # training step (get_kernel, run 2): 3776-3809 vs 5275-5328 µs wall at 1 / 16 / 32 rows, eager 7244-7946.
+        # One cooperative launch for the whole backward beats a GEMM pair per layer in wall time at every row
+        # count the forward's persistent kernel takes (bench/BENCHMARKS.md "Path table").
         "chain_backward": ((64, "persistent"), (None, "layers")),
-        # The gated MLP (H100, 2026-12-07, session 36 run 1, bench/RESULTS.md): a 32-layer gated training step
-        # (H=768, I=3072) 4716 / 4955 µs wall at 1 / 16 rows vs the layers' 7622 / 6093 (eager 12174-15916 on
-        # that host); fwd+bwd of one op 162 / 273 vs 252 / 352. From 17 rows its 384 down-projection tiles need
-        # more than two per program (the kernel refuses): the layers.
+        # The gated MLP's backward wins in wall time up to 16 rows; from 17 rows its 384 down-projection tiles
+        # need more than two per program, which the kernel refuses.
         "gated_mlp/chain_backward": ((16, "persistent"), (None, "layers")),
     },
     # Not measured on other archs yet: the vendor library and the portable CUDA kernels.
@@ -134,40 +122,24 @@ PATHS: dict[str, dict[str, Rows]] = {
 }
 
 GRAPH_PATHS: dict[str, dict[str, Rows]] = {
-    # H200, GPU µs in a graph (same sweep): linear Triton only at M=1 (24.1 vs 28.3 summed; PDL hides its
-    # launch), cuBLASLt from 16 (18.6 vs 21.7) to 8192 (132.3 vs 177.7); gate_up fused Triton to M=256.
-    # gate_up from 257 rows (both tables): the Hopper kernel, one GEMM per tile over both weights (2026-12-03
-    # 18:39 UTC sweep, whole gated_mlp H=768 I=3072 in a graph: 1024 rows 33.3 vs split 34.4 and portable
-    # 35.1; 2048: 56.6 vs 57.2; 4096: 104.1 vs 111.3; 8192: 202.6 vs 217.4 and 229.2; since the Triton kernels'
-    # sigmoid-form GELU, 2026-12-04 17:48 UTC: 1024 rows 30.5 vs 34.9 and 34.4, 2048: 50.1 vs 59.4, 4096: 94.0 vs
-    # 111.3, 8192: 177.5 vs 217.4 and 224.9). At 256 rows the
-    # portable kernel (16.5 vs 18.5). The linear Hopper kernel loses to cuBLASLt on every measured shape
-    # (8192x1024x1024: 29.5 vs 26.5; 8192x768x3072: 58.5 vs 52.1). The training forward also stores (g, u):
-    # split (its GEMMs write them anyway; the portable kernel keeps them in registers only, and the
-    # Hopper kernel's extra stores are not overlapped with its main loop: gate/up alone at 8192 rows 161.3 vs
-    # 117.4 + 37.2 µs, at 1024 rows 28.6 vs 18.6 + 4.9; bench/gate_up_single_dot.py, 2026-12-03). Since the
-    # sigmoid-form GELU the Hopper kernel wins from 4096 rows (whole training forward, bench_paths, H100,
-    # 2026-12-06, bench/RESULTS.md "Session 31"): 4096 rows 108.9 vs split 120.3, 8192: 231.1 vs 247.0; up to 2048
-    # rows split (1024: 36.5 vs 38.7, 2048: 59.0 vs 59.9).
+    # GPU time decides here (bench/BENCHMARKS.md "Path table"). Triton's linear wins only at one row, where
+    # PDL hides its launch; cuBLASLt is faster beyond, and faster than our Hopper linear on every shape.
+    # gate_up: the portable kernel to 256 rows, then the Hopper kernel (one GEMM per tile over both weights).
+    # The training forward also stores (g, u): split's GEMMs write them anyway, while the Hopper kernel's
+    # extra stores do not overlap its main loop, so split wins until the GEMMs are large enough to hide them.
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
         "gate_up": ((256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),
         "act_and_mul": ((None, "triton"),),
-        # GPU µs in a graph (bench/chain_cost.py and bench_paths, 2026-12-03 20:54 UTC): mlp 3x1024 1 row 9.8 vs
-        # 15.8, 8 rows 10.9 vs 11.9, 16 rows 11.8 vs 12.0, 32 rows 13.9 vs 12.0; with 8 copies of the weights
-        # called in turn (weights from HBM, as in a model) 82 vs 159 (1 row), 96 vs 113 (16 rows), 145 vs 117
-        # (64 rows). gated 768x3072: 1 row 10.4 vs 15.2 (8 copies: 87 vs 125), 8 rows 11.3 vs 10.0, 16 rows
-        # 12.8 vs 9.9 (8 copies: 103 vs 100): its K=3072 down projection reads all of h in each of 96 programs.
+        # In a graph launches cost no host time, so the persistent kernel wins only while its grid barriers cost
+        # less than the layers' better GEMMs: mlp to 16 rows; the gated MLP at one row, as its K=3072 down
+        # projection reads all of h in each program (bench/BENCHMARKS.md "Path table").
         "mlp/chain": ((16, "persistent"), (None, "layers")),
         "chain": ((1, "persistent"), (None, "layers")),
-        # GPU µs in a graph of fwd+bwd (bench_paths, session 35 run 1): mlp 3x1024 relu 29.5 / 31.4 / 32.9 / 37.5 /
-        # 46.9 vs layers 44.5 / 38.9 / 39.5 / 40.2 / 42.0 at 1 / 8 / 16 / 32 / 48 rows; linear 768->3072 relu 22.2 vs
-        # 24.2 at 1 row, then behind (16 rows: 22.8 vs 17.5; not analysed). A 32-layer mlp training step in a graph
-        # (run 2): 1105 / 1233 / 1432 vs 1640 / 1518 / 1625 µs at 1 / 16 / 32 rows.
+        # The backward's one launch wins on the GPU for mlp to 32 rows and for linear at one row only; the
+        # gated MLP's is behind the layers at every row count (bench/BENCHMARKS.md "Path table").
         "mlp/chain_backward": ((32, "persistent"), (None, "layers")),
-        # The gated MLP's one launch is behind the layers on the GPU (session 36 run 1, H100): fwd+bwd 50.7 / 57.8
-        # / 59.3 vs 42.7 / 47.3 / 46.5 µs at 1 / 8 / 16 rows; a 32-layer gated training step at 1 row 1797 vs 1732.
         "gated_mlp/chain_backward": ((None, "layers"),),
         "chain_backward": ((1, "persistent"), (None, "layers")),
     },
