@@ -8,9 +8,7 @@
 #
 #   bench/run_h200.sh DIST [WHEELS_DIR]
 # env: OUT (default ./h200-out); STAGES (default "tests check host ops model loader", run in that order; add `paths`
-# for the path-table sweep, `chain` for bench/chain_cost.py, `breakdown` for bench/gated_breakdown.py, `probe` for
-# bench/probe_chain_backward.py over the probe builds PROBE_DISTS (space-separated dists; PROBE_ROWS, default 1,16), PATHS_STEPS=chain,...
-# to sweep only those steps), `ab` for candidate builds AB_DISTS (their tests/cuda, then the path table of
+# for the path-table sweep, PATHS_STEPS=chain,... to sweep only those steps), `ab` for candidate builds AB_DISTS (their tests/cuda, then the path table of
 # AB_STEPS for DIST and each, AB_ROUNDS rounds); QUICK=1: fewer rows, no
 # torch.compile/max-autotune, tests/cuda only (a first look in ~2 minutes); HUB=0: load the variant dirs
 # of DIST directly (kernels-style import) instead of publishing to a hub and calling get_kernel;
@@ -140,20 +138,6 @@ stage_paths() {
   timeout "$T_PATHS" python3 bench/bench_paths.py "${LOAD[@]}" --steps "${PATHS_STEPS:-linear,gate_up,act_and_mul,chain}" \
     --json "$OUT/paths.json" || log "bench_paths failed or timed out"
 }
-stage_probe() {  # the persistent backward phase by phase, per probe build (FUSED_MLP_TRACE_PHASES): one probe.json
-  local d
-  for d in ${PROBE_DISTS:-}; do
-    log "probe of $d"
-    timeout "${T_PROBE:-40}" python3 bench/probe_chain_backward.py \
-      --variant-dir "$d/build/$CUDA_VARIANT" --rows "${PROBE_ROWS:-1,16}" \
-      --json "$WORK/probe_$(basename "$d").json" || log "probe of $d failed or timed out"
-  done
-  python3 -c '
-import json, sys
-from pathlib import Path
-runs = {p.stem.removeprefix("probe_"): json.loads(p.read_text()) for p in sorted(Path(sys.argv[1]).glob("probe_*.json"))}
-Path(sys.argv[2]).write_text(json.dumps(runs, indent=1))' "$WORK" "$OUT/probe.json"
-}
 stage_ab() {  # candidate builds (AB_DISTS, space-separated, their stable-ABI variant only) against DIST: each one's
   # tests/cuda (AB_TESTS=0 skips them), then the path table of the steps AB_STEPS (default chain_backward), one
   # process per build (bench_paths loads one), DIST (label a) then each candidate (label: its folder's name), for
@@ -177,18 +161,6 @@ stage_ab() {  # candidate builds (AB_DISTS, space-separated, their stable-ABI va
         || log "A/B path table of $label failed or timed out"
     done
   done
-}
-stage_chain() {  # the persistent chain kernel: cost per layer / per row, weights from L2 and from HBM
-  log "chain kernel cost"
-  timeout "${T_CHAIN:-60}" python3 bench/chain_cost.py "${LOAD[@]}" --json "$OUT/chain.json" || log "chain_cost failed"
-}
-stage_breakdown() {  # the gated op per kernel for each way of holding the gate/up weights (bench/gated_breakdown.py)
-  # Listed twice (e.g. STAGES="breakdown ops breakdown"), the second run (a warm GPU) writes breakdown_2.json.
-  local json="$OUT/breakdown.json"
-  [ -f "$json" ] && json="$OUT/breakdown_2.json"
-  log "gated breakdown -> $json"
-  timeout "${T_BREAKDOWN:-150}" python3 bench/gated_breakdown.py "${LOAD[@]}" --json "$json" \
-    || log "gated_breakdown failed or timed out"
 }
 stage_ops() {
   log "op tables"

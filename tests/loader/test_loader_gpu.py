@@ -1,5 +1,6 @@
 """On a CUDA device (`pytest -m gpu`): get_kernel picks torch-cuda, passes its check, and its first result
-in a fresh process needs no Triton JIT; bench/time_to_first_result.py checks exactly these promises."""
+in a fresh process needs no Triton JIT; time_to_first_result.py (next to this file)
+checks exactly these promises."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from loader_paths import REPO_ROOT
 @pytest.mark.gpu
 def test_aot_kernel_is_chosen_checked_and_runs_without_jit(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "time_to_first_result.py"), "--out", str(tmp_path)],
+        [sys.executable, str(REPO_ROOT / "tests" / "loader" / "time_to_first_result.py"), "--out", str(tmp_path)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

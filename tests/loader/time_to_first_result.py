@@ -1,6 +1,7 @@
 """Time to first result of a fresh process: registry.get_kernel (AOT cubins) vs Triton JIT vs stock kernels.
 
-Run on a CUDA machine from the repo root: `python bench/time_to_first_result.py [--out DIR]`.
+Run on a CUDA machine from the repo root: `python tests/loader/time_to_first_result.py [--out DIR]`
+(tests/loader/test_loader_gpu.py runs it under `pytest -m gpu`).
 It starts an embedded hub, builds the noarch variants with AOT cubins for this device's arch only,
 publishes `org/fused-mlp` v1, then times fresh subprocesses from spawn to the first synchronized
 `mlp` result (fp16, 3 layers, M=16). Each subprocess gets an empty TRITON_CACHE_DIR; the number of
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "kernel_src")]
 
 REPO = "org/fused-mlp"
