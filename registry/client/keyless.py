@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from sigstore.models import TrustedRoot
 
 # sigstore (and the pydantic models under it) is imported where a bundle is checked, not at import: it took
-# 0.7 s of a warm get_kernel on the H200 (2026-12-03 profile), for the many variants without a bundle.
+# most of a warm get_kernel's time, for the many variants without a bundle.
 
 IDENTITIES_ENV = "KERNEL_HUB_SIGSTORE_IDENTITIES"
 ROOT_ENV = "KERNEL_HUB_SIGSTORE_ROOT"

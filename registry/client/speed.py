@@ -127,7 +127,7 @@ class SpeedResult:
     cached: bool = False
 
     def reason(self) -> str:
-        """Why the kernel is not served (`slower than eager on NVIDIA H200 sm_90: gated_mlp M=8192 550 µs vs 246 µs`)."""
+        """Why the kernel is not served (`slower than eager on <GPU> <arch>: <op> M=<rows> <kernel µs> vs <fallback µs>`)."""
         slow = [c for c in self.cases if not c.passed]
         return f"slower than {self.baseline} on {self.device}: " + "; ".join(
             f"{c.workload} {_us(c.kernel_us)} vs {_us(c.fallback_us)}" for c in slow

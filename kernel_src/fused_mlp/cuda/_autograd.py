@@ -3,8 +3,8 @@
 - `Functions(ns)`: torch.autograd.Function classes for eager training. Their forward calls a C++ op that
   has no autograd registered (`*_train`, `*_infer`) through its raw entry point, so a training call goes
   dispatcher -> C++ once and never through Python autograd kernels; their backward calls the `*_backward`
-  op the same way. On the H200 host the registered-op path cost hundreds of µs per training step
-  (bench/RESULTS.md: mlp M=1024 forward+backward 896 µs wall vs eager 588).
+  op the same way: the registered-op path cost more host time per training step than eager PyTorch
+  (bench/BENCHMARKS.md).
 - `formulas(ns)`: register_autograd formulas of the registered ops (`cuda_linear`, `cuda_mlp`, ...), which
   torch.compile traces and opcheck checks. Outputs that the public API hides (the MLP's hidden layer
   outputs, the gated `h`) still get correct gradients when something differentiates them (opcheck does);

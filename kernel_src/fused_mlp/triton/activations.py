@@ -1,9 +1,8 @@
 """Activation codes and their Triton forms (value and derivative), shared by every kernel epilogue.
 
 All math is fp32, exp-based so the CPU interpreter and every GPU arch agree. The tanh GELU is
-z * sigmoid(2 * inner) with one fast divide (the CUDA kernels' form, csrc/common.cuh): on the H200 it made the
-memory-bound act_and_mul 1-6% faster than 0.5 z (1 + tanh) with tanh's exact divide (bench/act_mul_sweep.py,
-2026-12-04, same kernel otherwise: [8192, 3072] 36.5 vs 37.0-39.0 µs, [4096, 3072] 18.8 vs 19.9-20.8).
+z * sigmoid(2 * inner) with one fast divide (the CUDA kernels' form, csrc/common.cuh): it made the
+memory-bound act_and_mul faster than 0.5 z (1 + tanh) with tanh's exact divide (bench/BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ kernel compositions (`forward`, `backward`) directly.
 The registered custom ops (`custom_ops`) are what torch.compile traces; called eagerly they cost a
 dispatcher round trip, a Python autograd kernel and pytree work per call, and their backward recomputes
 every pre-activation with more op calls. On a host-bound small-batch training step that overhead was most
-of the time (bench/RESULTS.md: the 32-layer mlp, M=16, trained 4.2x slower than eager in wall while its GPU
-time in a graph was close to eager's). Here the forward keeps what backward reads (each layer's input, the
+of the time (bench/BENCHMARKS.md: a 32-layer mlp at small batch trained several times slower than eager in
+wall while its GPU time in a graph was close to eager's). Here the forward keeps what backward reads (each layer's input, the
 pre-activation or, for relu, the output), as eager PyTorch does, so backward launches no recompute.
 Double backward is not supported (as with the registered ops): it raises.
 """

@@ -1,9 +1,8 @@
 """Tile configs per GPU arch, kept beside the kernels; chosen by measurement, no runtime autotuning.
 
 Tables map a row count bound (M <= bound; None = any) to a config; the first matching row wins.
-sm_90a rows were measured on an H200 (`bench/tune_gemm.py`, earlier `bench/bench_mlp.py --tune`; see
-bench/RESULTS.md); other archs use the conservative Ampere-style rows until measured there and have no
-Hopper (TMA) rows. "interpreter" keeps the CPU interpreter fast.
+sm_90a rows were measured on an H200 (`bench/tune_gemm.py`; bench/BENCHMARKS.md); other archs use the
+conservative Ampere-style rows until measured there and have no Hopper (TMA) rows. "interpreter" keeps the CPU interpreter fast.
 """
 
 from __future__ import annotations
@@ -49,12 +48,12 @@ class ElementwiseConfig:
 Table = tuple[tuple[int | None, GemmConfig], ...]
 
 LINEAR: dict[str, Table] = {
-    # H200, bf16, GPU µs per candidate summed over (M,N,K) = (16|64|1024|8192, 1024, 1024) and (.., 768, 3072);
-    # bench/RESULTS.md lists every candidate.
+    # The fastest candidate in GPU time over (M,N,K) = (16|64|1024|8192, 1024, 1024) and (.., 768, 3072)
+    # (bench/tune_gemm.py; bench/BENCHMARKS.md).
     "sm_90a": (
         (16, GemmConfig(16, 16, 256, 8, 4, 4)),
         (64, GemmConfig(32, 32, 128, 8, 4, 4)),
-        (128, GemmConfig(64, 64, 64, 8, 4, 4)),  # 2026-12-03 sweep: 5.2 µs at (128, 1024, 1024) vs 6.5
+        (128, GemmConfig(64, 64, 64, 8, 4, 4)),
         (1024, GemmConfig(64, 128, 128, 8, 4, 3)),
         (None, GemmConfig(128, 128, 64, 8, 8, 3)),
     ),
@@ -68,7 +67,7 @@ LINEAR: dict[str, Table] = {
 }
 
 GATE_UP: dict[str, Table] = {
-    # H200, bf16, (M, I, H) = (16|1024|8192, 3072, 768).
+    # The fastest in GPU time at (M, I, H) = (16|1024|8192, 3072, 768).
     "sm_90a": (
         (16, GemmConfig(16, 32, 256, 8, 4, 4)),
         (1024, GemmConfig(64, 64, 64, 8, 4, 4)),
@@ -87,22 +86,16 @@ GATE_UP: dict[str, Table] = {
 # Archs without an entry never use them. Roles: forward `linear` (bias + act, also the pre-activation
 # store), `gate_up` (gated forward), `dgrad` (dz @ W with act' of the saved pre-activation),
 # `gated_dgrad` (dy @ W_down with the dg/du epilogue), `wgrad` (dz^T @ x), `dual` (dg @ W_gate + du @ W_up).
-# sm_90a: H200, bf16, GPU µs from graph replay (bench/tune_gemm.py, bench/RESULTS.md "GEMM core"). Up to
-# 1024 rows the portable kernels win (the persistent TMA kernel has ~3-5 µs more fixed cost); every
-# backward role loses to cuBLAS by 30-65% on the issue's shapes, so the backward runs on cuBLAS.
+# sm_90a (bench/tune_gemm.py; bench/BENCHMARKS.md): up to 1024 rows the portable kernels win (the persistent
+# TMA kernel has more fixed cost); every backward role loses to cuBLAS, so the backward runs on cuBLAS.
 TmaTable = tuple[tuple[int | None, TmaConfig | tuple[TmaConfig, ...] | None], ...]
 _T = TmaConfig
 TMA_LINEAR: dict[str, TmaTable] = {
     "sm_90a": ((1024, None), (None, (_T(128, 256, 64, 8, 8, 3), _T(128, 128, 64, 8, 8, 4)))),
 }
 # gate_up: one dot per K step over the 3D weight view (BN columns of each weight per tile), never
-# warp-specialized (Triton 3.6's warp-specialized loop wrote NaN on the H200, 2026-12-03). H200, bf16,
-# 2026-12-03, bench/gate_up_single_dot.py, GPU µs for (2x3072)x768: 8192 rows 128x128 w8 s4 144.8 (s3 146.6,
-# 128x64 w8 s4 151.1; cuBLAS's one [M, 2I] GEMM alone 112.1, two [M, I] GEMMs 117.4, the old two-accumulator
-# kernel 178.4); 1024 rows 128x64 w8 s4 24.2 (128x128 28.2; cuBLAS two GEMMs 18.6 + act_and_mul). With the
-# sigmoid-form GELU epilogue (2026-12-04, same tool, run 6 of bench/RESULTS.md "Session 24"): 8192 rows 128x128 w8
-# s4 126.0 (s3 123.8, 128x64 132.6; cuBLAS [M, 2I] 111.4), 2048 rows 34.6 (128x64 36.7), 1024 rows 128x64 w8 s4
-# 21.2 (s5 20.8, 128x128 24.3; cuBLAS 16.5): the same choices, s3 vs s4 inside the run-to-run spread.
+# warp-specialized (Triton 3.6's warp-specialized loop wrote NaN on Hopper). The tiles are the fastest in GPU
+# time for (2x3072)x768 at 1024 and 8192 rows (bench/gate_up_single_dot.py; bench/BENCHMARKS.md).
 TMA_GATE_UP: dict[str, TmaTable] = {
     "sm_90a": ((256, None), (1024, _T(128, 64, 64, 8, 8, 4)), (None, _T(128, 128, 64, 8, 8, 4))),
 }
@@ -116,9 +109,8 @@ TMA_ROLES: dict[str, dict[str, TmaTable]] = {
 }  # fmt: skip
 
 ELEMENTWISE: dict[str, ElementwiseConfig] = {
-    # H200, act_and_mul [M, 3072] bf16 gelu_tanh with the sigmoid-form GELU (bench/act_mul_sweep.py, 2026-12-04, GPU
-    # µs in a graph): 1024x4 36.5 / 18.8 / 4.1 at 8192 / 4096 / 1024 rows vs 2048x4 36.9 / 19.2 / 4.1, 4096x8
-    # 36.9 / 19.2 / 4.2; the previous 8192x16 with the tanh form 37.2 / 20.1 / 4.7 (torch.compile 36.5 / 19.5 / 5.6)
+    # 1024-element blocks of 4 warps: as fast as larger blocks or faster on act_and_mul [M, 3072] at every
+    # measured M (bench/act_mul_sweep.py; bench/BENCHMARKS.md).
     "sm_90a": ElementwiseConfig(BLOCK=1024, num_warps=4),
     "default": ElementwiseConfig(BLOCK=1024, num_warps=4),
     "interpreter": ElementwiseConfig(BLOCK=1024, num_warps=4),
@@ -131,9 +123,8 @@ PDL_ENABLED = os.environ.get("FUSED_MLP_PDL", "1") != "0"
 
 
 # A pointer-kernel GEMM launched with PDL can ask L2 for its weight tile before it waits on the previous
-# kernel (weights never depend on it, so their DRAM latency would overlap that kernel's tail). Off: on the
-# H200 with L2-resident weights it cost 0.3-0.5 µs per launch at (16, 3072, 768) and (16, 768, 3072) and
-# gained 0.1 µs at (16, 1024, 1024) (bench/RESULTS.md "GEMM core"); `bench/tune_gemm.py --only chain`
+# kernel (weights never depend on it, so their DRAM latency would overlap that kernel's tail). Off: with
+# L2-resident weights it cost more than it gained (bench/BENCHMARKS.md); `bench/tune_gemm.py --only chain`
 # measures the case it is for (32 layers with their own weights) before turning it on.
 PDL_PREFETCH = False
 
@@ -148,12 +139,8 @@ def uses_pdl(arch: str, rows: int) -> bool:
 # epilogue) instead of a Triton kernel when called through this backend: above this many rows. The CUDA
 # backend's graph table makes the same choice from the same kernels' GPU times (cuda/paths.py GRAPH_PATHS:
 # Triton only at 1 row, where PDL hides its launch); here the host agrees too, since a Python-level Triton
-# launch costs more host time than an aten call. H200, bf16, one run (bench/RESULTS.md session 24, run 4): the
-# mlp 3x1024 chain on cuBLASLt vs this backend's Triton kernels, GPU µs in a graph 12.1 / 17.5 / 42.7 / 78.6 vs
-# 12.9 / 20.1 / 52.0 / 88.9 at 16 / 1024 / 4096 / 8192 rows, wall 65.3 / 56.8 / 57.0 / 82.5 vs 135.1 / 132.9 /
-# 169.6 / 179.3; the down projection 8192x768x3072: cuBLAS 52.1 vs the Hopper kernel 58.5 ("GEMM core").
-# gelu, gelu_tanh and silu keep the fused Triton epilogue (cuBLAS would need a second pass; not measured
-# against it here). Archs without an entry were not measured: Triton.
+# launch costs more host time than an aten call (bench/BENCHMARKS.md). gelu, gelu_tanh and silu keep the fused
+# Triton epilogue (cuBLAS would need a second pass; not measured against it here). Archs without an entry were not measured: Triton.
 # FUSED_MLP_CUBLAS=0 keeps every such GEMM on Triton (bench/tune_gemm.py measures the Triton kernels).
 CUBLAS_LINEAR_ABOVE: dict[str, int] = {"sm_90a": 1}
 CUBLAS_ENABLED = os.environ.get("FUSED_MLP_CUBLAS", "1") != "0"
@@ -167,8 +154,7 @@ def cublas_linear(arch: str, rows: int, activation: str) -> bool:
 
 # A Hopper row may list alternative tiles, best first: a launch takes the first whose output tiles fill
 # at least WAVE_FILL of the last wave of SMs (tiles / (ceil(tiles / SMs) * SMs)), else the fullest one.
-# H200: 128x256 wins on N = 1024, 2048, 4096 but leaves a 73% last wave on N = 768 (8192 rows: 70.5 µs
-# vs 58.5 with 128x128).
+# 128x256 wins on N = 1024, 2048, 4096 but leaves a 73% last wave on N = 768, where 128x128 wins.
 WAVE_FILL = 0.9
 
 

@@ -235,7 +235,7 @@ def tma_gate_up_kernel(
     pre-activations never reach HBM unless STORE_GU asks for them (training: gu = the (g, u) planes).
     Needs ldwu == ldwg and w_up != w_gate (`gemm.gate_up_fits`); `ldwu` is not read. UP_FIRST must say
     whether w_up lies below w_gate (the launchers compare the pointers): a constexpr, because choosing the
-    halves at run time costs ~6.5 µs at 8192 rows on the H200 (a second set of accumulator registers), and
+    halves at run time costs a second set of accumulator registers (slower at large M), and
     Triton 3.6 cannot flatten the persistent loop around a run-time branch with stores."""
     if PDL:
         gdc_launch_dependents()

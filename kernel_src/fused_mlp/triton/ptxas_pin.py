@@ -2,8 +2,7 @@
 
 Why: Triton 3.6 compiles sm_100+ with its own `ptxas-blackwell` (CUDA 12.9), whose register allocation
 depends on where its heap objects land: run twice on one PTX file, it returns one of two cubins
-(registers swapped, e.g. R36 <-> R40; seen on 6 of the 10 sm_100a `linear_kernel` specs of the 64x64x64
-tile, 2026-12-03). With address-space randomization off the choice is fixed, but it still moves with
+(registers swapped, e.g. R36 <-> R40; seen on sm_100a `linear_kernel` specs). With address-space randomization off the choice is fixed, but it still moves with
 anything that shifts the heap: the length of the PTX file's temporary name, the working directory, the
 environment. So `run` calls the real ptxas with ASLR off (`personality(ADDR_NO_RANDOMIZE)`, what
 `setarch -R` does), an empty environment, and fixed argv and file names in a fresh directory.

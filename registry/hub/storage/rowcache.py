@@ -3,7 +3,7 @@
 A download asks the database for the repo, then for the ref: on this 2-core machine each SQLAlchemy round
 trip costs more than the rest of the request. SQLite numbers every commit made through any other
 connection, in any process (`PRAGMA data_version`): a cache read first compares that number (one raw
-query, ~10 us) and drops everything when it moved, so no answer is ever staler than the database.
+query, far cheaper than an ORM round trip) and drops everything when it moved, so no answer is ever staler than the database.
 Databases without such a number (PostgreSQL) get no caching: `current()` is None.
 """
 

@@ -272,8 +272,7 @@ ChainPlan plan_chain(const Ctx& c, long long m, const ChainLayer* layers, int co
   }
   p.m_tiles = m <= 16 ? 1 : m <= 32 ? 2 : 4;
   // One program per SM (or per tile, when fewer): spreading the weight slices over every SM measured faster
-  // than fewer programs reading the input less often (3x1024 at 1 row: 32 programs of 4 tiles 17.97 µs, 128
-  // programs of 1 tile 10.12 with the biases also prefetched; bench/results/h200-2026-12-03-s21 runs 2, 3).
+  // than fewer programs reading the input less often (bench/BENCHMARKS.md).
   p.grid = static_cast<int>(std::min<long long>(tiles, c.sms));
   LayerArgs args[kMaxChainLayers];
   int red_off = 0;

@@ -40,9 +40,9 @@ inline Act parse_activation(const std::string& name) {
 }
 
 // 0.5 * (1 + tanh(inner)) of the tanh GELU, written as s = sigmoid(2 * inner) = 1 / (1 + e), e = exp(-2 * inner):
-// one fast exp and one fast divide instead of tanhf (which made act_and_mul [8192, 3072] compute-bound on the H200:
-// 37.3 vs 36.4 µs, bench/cuda_proto), and no cancellation where 1 + tanh nears 0. e overflows to inf for z < ~-9.8,
-// giving s = 0 like eager's tanh. Also returns e, for 1 - s = e * s without cancellation.
+// one fast exp and one fast divide instead of tanhf (which made act_and_mul compute-bound at large sizes), and no
+// cancellation where 1 + tanh nears 0. e overflows to inf for z < ~-9.8, giving s = 0 like eager's tanh. Also returns
+// e, for 1 - s = e * s without cancellation.
 __device__ __forceinline__ float gelu_tanh_sigmoid(float z, float& e) {
   e = __expf(-1.5957691216057308f * (z + 0.044715f * z * z * z));
   return __fdividef(1.f, 1.f + e);

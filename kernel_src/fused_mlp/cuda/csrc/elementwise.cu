@@ -131,9 +131,8 @@ void act_inplace(void* z, long long n, Act act, ScalarType dtype, cudaStream_t s
 void act_and_mul(const void* gate, const void* up, void* out, long long n, Act act, ScalarType dtype,
                  cudaStream_t stream) {
   if (n == 0) return;
-  // One 16-byte vector per thread, one pass, no cache hints: on the H200 [8192, 3072] bf16 gelu_tanh took 36.4 µs
-  // standalone and 37.7 through the op (floor ~35.5); 2 or 4 vectors per thread, streaming or no-L1 loads and
-  // grid-stride grids measured equal or up to 5 µs slower (bench/cuda_proto/act_mul_proto.cu, bench/RESULTS.md).
+  // One 16-byte vector per thread, one pass, no cache hints: near the memory-bandwidth floor; 2 or 4 vectors per
+  // thread, streaming or no-L1 loads and grid-stride grids measured equal or slower (bench/BENCHMARKS.md).
   dispatch_float_types(dtype, "act_and_mul", [&](auto tag) {
     using T = decltype(tag);
     FMLP_LAUNCH_VEC(act_and_mul_kernel, T, n, aligned16(gate) && aligned16(up) && aligned16(out), stream,

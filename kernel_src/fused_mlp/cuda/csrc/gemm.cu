@@ -77,9 +77,9 @@ std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash>& bucket_algorithm
   return algos;
 }
 
-// Products of at least this many multiply-adds have their heuristic's answers timed once (about 6 µs of
-// tensor-core work and up): on the H100 the heuristic's first answer lost by 3-10% to a later one on some of
-// the op's shapes (bench/RESULTS.md "Session 32"), while below this a choice is worth less than its timing.
+// Products of at least this many multiply-adds have their heuristic's answers timed once: on large shapes the
+// heuristic's first answer can lose to a later one, while below this a choice is worth less than its timing
+// (bench/BENCHMARKS.md).
 constexpr double kTuneMinMacs = 2.0 * 1024 * 1024 * 1024;
 constexpr int kTuneCandidates = 8;
 

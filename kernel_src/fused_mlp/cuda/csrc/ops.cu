@@ -504,9 +504,9 @@ std::vector<Tensor> mlp_backward(Tensor grad, std::vector<Tensor> hidden, Tensor
 // flows (the public API hides h). Small batches without grad_h: one persistent launch (chain.h) where the path
 // table's chain_backward row says so. Else: dh = dy w_down (+ grad_h); (dg, du) in one
 // elementwise pass over dh, g, u; dx = dg w_gate + du w_up; dw_gate = dg^T x, dw_up = du^T x,
-// dw_down = dy^T h (cuBLASLt, measured faster than our Hopper backward kernels: bench/RESULTS.md); dw_gate and
-// dw_up as one batched GEMM (two [I, H] outputs of K = M each fill the GPU's waves better together: bench/RESULTS.md
-// "Session 31"). Returns [dx, dw_gu = (dw_gate, dw_up) as one [2, I, H] tensor, dw_down].
+// dw_down = dy^T h (cuBLASLt, measured faster than our Hopper backward kernels); dw_gate and dw_up as one batched
+// GEMM (two [I, H] outputs of K = M each fill the GPU's waves better together; both in bench/BENCHMARKS.md).
+// Returns [dx, dw_gu = (dw_gate, dw_up) as one [2, I, H] tensor, dw_down].
 std::vector<Tensor> gated_mlp_backward(Tensor grad, std::optional<Tensor> grad_h, Tensor x, Tensor w_gate,
                                        Tensor w_up, Tensor w_down, Tensor h, Tensor gu, std::string activation) {
   const Act act = parse_activation(activation);

@@ -2,7 +2,7 @@
 // Images load once per process through the CUDA runtime's library API (context-independent, so one
 // load serves every device). Launches go through the driver's cuLaunchKernelEx with a CUfunction cached
 // per (cubin, device), as Triton's own launcher does: the runtime's launch of a library kernel costs about
-// twice as much host time (bench/RESULTS.md host breakdown). The driver entry points are looked up once
+// twice as much host time (bench/BENCHMARKS.md). The driver entry points are looked up once
 // through the runtime (cudaGetDriverEntryPointByVersion), so the extension does not link libcuda; where
 // they are missing, launches fall back to cudaLaunchKernelExC. Launch attributes are the ones the kernel
 // was compiled for (programmatic dependent launch, clusters).
