@@ -24,7 +24,8 @@ from registry.errors import KernelLoadError
 from .check import device_label
 from .fallback import build_fallback
 from .fetch import keep_speed_record
-from .loader import Refused, load_variant, plan_load, reference_of
+from .importer import load_variant, reference_of
+from .plan import Refused, plan_load
 from .speed import BASELINE, ROUNDS_BATCH, speed_dtype, time_calls, timing_threads
 from .speed_records import FALLBACK_COMPILE, SpeedRecord, Timing, speed_record_path
 from .workloads import api_forward, as_call, bench_workloads, make_inputs

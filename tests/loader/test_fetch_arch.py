@@ -19,7 +19,7 @@ from huggingface_hub.utils import set_client_factory
 from huggingface_hub.utils._http import default_client_factory, hf_request_event_hook
 from loader_paths import NAMESPACE
 
-from registry.client import loader
+from registry.client import plan, verify
 from registry.client.resolve import Env
 from registry.publisher.aot import bundle_cubins
 from registry.spec.digest import ALGORITHM, hash_variant
@@ -73,12 +73,12 @@ def test_a_cold_load_on_one_gpu_fetches_its_arch_only(hub_env, publisher, monkey
     repo = _multi_arch(publisher)
     h100 = Env("linux", platform.machine(), ".".join(platform.python_version_tuple()[:2]), "2.11.0", "13.0",
                "sm_90", triton.__version__)  # fmt: skip
-    monkeypatch.setattr(loader, "current_env", lambda: h100)
+    monkeypatch.setattr(plan, "current_env", lambda: h100)
     requests_made.clear()
 
-    load = loader.plan_load(repo, 1, None)
+    load = plan.plan_load(repo, 1, None)
     assert (load.device, load.order) == ("cuda", ("torch-cuda",))
-    path, verification = loader._fetch_verified(load, "torch-cuda")
+    path, verification = verify.fetch_verified(load, "torch-cuda")
 
     bundles = sorted(p.name for p in path.rglob("*.zip"))
     assert bundles == ["sm_90a.zip"]
