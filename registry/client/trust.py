@@ -28,6 +28,7 @@ from registry.spec.signing import SignatureError, key_id, public_key_b64, verify
 
 from .fetch import Hub, HubUnreachable, namespace_url
 from .repo_keys import RepoKeyFiles
+from .rotation import follow_rotation, pin_rotation
 
 KEYS_ENV = "KERNEL_HUB_PUBLISHER_KEYS"
 PIN_SCHEMA = 1
@@ -55,14 +56,19 @@ class HubKeyRoute:
     name: str = "hub key route"
 
     def keys(self, hub: Hub, repo_id: str, commit: str) -> list[str] | None:
-        url = namespace_url(hub, "api/kernel-hub/keys", repo_id.split("/", 1)[0])
+        entries = self.entries(hub, repo_id.split("/", 1)[0])
+        return None if entries is None else [k["public_key"] for k in entries]
+
+    def entries(self, hub: Hub, namespace: str) -> list[dict] | None:
+        """The route's key entries (`id`, `public_key`, and `endorsed_by` + `endorsement` for a rotation)."""
+        url = namespace_url(hub, "api/kernel-hub/keys", namespace)
         try:
             response = hub.request("list publisher keys", hub.get, url)
         except HfHubHTTPError as e:
             if e.response is not None and e.response.status_code == 404:
                 return None
             raise
-        return [k["public_key"] for k in response.json().get("keys", [])]
+        return [k for k in response.json().get("keys", []) if isinstance(k, dict)]
 
 
 KEY_SOURCES: tuple[KeySource, ...] = (HubKeyRoute(), RepoKeyFiles())
@@ -192,7 +198,7 @@ class KeyDecision:
     """Which keys verified a signature and how they came to be trusted."""
 
     key_id: str
-    how: str  # "given" | "pinned" | "first use"
+    how: str  # "given" | "pinned" | "rotation" (endorsed by a pinned key, pinned now) | "first use"
     pin_file: str | None
 
 
@@ -211,17 +217,22 @@ def verify_signature(
     pinned = [k for k in pins.read().get("keys", []) if k.get("kind") == "ed25519"]
     if pinned:
         kid = signature_key_id(sig_text)
+        how = "pinned"
         if kid not in {k["id"] for k in pinned}:
-            first = min(pinned, key=lambda k: k["pinned_at"])
-            raise Untrusted(
-                f"signed by key {kid}, but {namespace} on {hub.host} is pinned to key(s) "
-                f"{', '.join(k['id'] for k in pinned)} (pinned {first['pinned_at']} from {first['source']}, "
-                f"{pins.path}). If {namespace} rotated its key on purpose, pass publisher_keys=[<new key>] or "
-                f"delete {pins.path} to pin again on the next load; otherwise do not use this build"
-            )
-        return KeyDecision(
-            verify_metadata(meta_bytes, sig_text, [k["public_key"] for k in pinned]), "pinned", str(pins.path)
-        )
+            chain = None if hub.offline else follow_rotation(hub, namespace, kid, pinned)
+            if chain is None:
+                first = min(pinned, key=lambda k: k["pinned_at"])
+                raise Untrusted(
+                    f"signed by key {kid}, but {namespace} on {hub.host} is pinned to key(s) "
+                    f"{', '.join(k['id'] for k in pinned)} (pinned {first['pinned_at']} from {first['source']}, "
+                    f"{pins.path}), and no rotation signed by a pinned key leads to it. If {namespace} rotated "
+                    f"its key on purpose, pass publisher_keys=[<new key>] or delete {pins.path} to pin again on "
+                    "the next load; otherwise do not use this build"
+                )
+            pinned = pins.update(lambda data: pin_rotation(data, chain, _now()))["keys"]
+            how = "rotation"
+        keys = [k["public_key"] for k in pinned if k.get("kind") == "ed25519"]
+        return KeyDecision(verify_metadata(meta_bytes, sig_text, keys), how, str(pins.path))
     if hub.offline:
         raise Untrusted(
             f"no pinned key for {namespace} and {hub.offline_reason}: load {repo_id} once online, "
@@ -262,7 +273,7 @@ class KeylessDecision:
 
     signer: str | None  # the workflow URI in the certificate
     repository: str | None  # its source repository: what is pinned
-    how: str  # "given" | "pinned" | "first use" | "outside the identity policy"
+    how: str  # "given" | "pinned" | "rotation" (endorsed by a pinned key, pinned now) | "first use" | "outside the identity policy"
     pin_file: str | None
 
 

@@ -100,9 +100,14 @@ def register(subparsers) -> None:
     o.set_defaults(func=_org_members)
 
     key = subparsers.add_parser(
-        "key", help="manage publisher signing keys", description="Register, list and revoke publisher keys."
+        "key",
+        help="manage publisher signing keys",
+        description="Register, list and revoke publisher keys on the hub (add/list/revoke, admin); share and "
+        "rotate a team's key (export/import/rotate).",
     ).add_subparsers(dest="key_cmd", required=True, metavar="ACTION")
-    k = key.add_parser("add", help="register an ed25519 public key for a namespace")
+    k = key.add_parser(
+        "add", help="register an ed25519 public key for a namespace on purpose (as the hub's admin)"
+    )
     k.add_argument("namespace", help="the namespace whose versions the key signs")
     k.add_argument(
         "--public-key", type=Path, required=True, help="raw 32 bytes, base64 of them, or a PEM file"
@@ -118,6 +123,9 @@ def register(subparsers) -> None:
     k.add_argument("key_id", help="its id (`key list`)")
     store_args(k, init=False)
     k.set_defaults(func=_key_revoke)
+    from . import team_keys  # export / import / rotate: the local key file and the hub's key route
+
+    team_keys.register(key)
 
 
 def hub_exists(args: argparse.Namespace) -> bool:
@@ -264,7 +272,7 @@ def _key_add(args: argparse.Namespace) -> int:
     validate.namespace(args.namespace)
     store = open_store(args)
     try:
-        key_id = store.add_key(args.namespace, _read_public_key(args.public_key))
+        key_id = store.add_key(args.namespace, _read_public_key(args.public_key), on_purpose=True)
     except HubError as e:
         raise HubError(e.kind, f"{args.public_key}: {e.message}") from None
     print(key_id)

@@ -16,6 +16,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "InvalidRevision": (400, "InvalidRevision"),
     "Unauthorized": (401, "Unauthorized"),
     "Forbidden": (403, "Forbidden"),
+    "KeyNotAllowed": (403, "KeyNotAllowed"),
     "RepoNotFound": (404, "RepoNotFound"),
     "RevisionNotFound": (404, "RevisionNotFound"),
     "EntryNotFound": (404, "EntryNotFound"),

@@ -60,7 +60,11 @@ def add_key(call: Call):
     key = body.get("public_key")
     if not isinstance(key, str):
         raise HubError("BadRequest", "'public_key' must be the base64 of a raw 32-byte ed25519 public key")
-    return ok({"id": call.hub.accounts.add_key(ns, key)})
+    endorsed_by, endorsement = body.get("endorsed_by"), body.get("endorsement")
+    if endorsed_by is not None and not isinstance(endorsed_by, str):
+        raise HubError("BadRequest", "'endorsed_by' must be the id of a current key of the namespace")
+    kid = call.hub.accounts.add_key(ns, key, endorsed_by=endorsed_by, endorsement=endorsement)
+    return ok({"id": kid})
 
 
 ROUTES = [

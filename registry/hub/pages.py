@@ -35,6 +35,7 @@ from registry.spec.variant import metadata_path
 from .errors import HubError
 from .manifest import Manifest
 from .routing import route
+from .signer import signer_of
 from .web import Call
 
 MAX_RECORD_BYTES = 1024 * 1024
@@ -225,6 +226,7 @@ def _version(call: Call, repo, number: int, commit_id: str, *, sections: bool) -
         "page_url": f"{base}/tree/v{number}",
         "date": _date(store.get_commit(repo, commit_id).created_at),
         "variants": [(v, _backend(m)) for v, m in variants_of(manifest, read).items()],
+        "signer": signer_of(manifest, read, call.hub.accounts.keys(repo.namespace)),
         "sections": [],
         "manifest": manifest,
         "read": read,

@@ -294,18 +294,25 @@ class HubClient:
         The key is posted only when the hub's list lacks it, so the note says so only then.
         """
         kid = signing.key_id(public_b64)
-        listed = get_session().get(
-            f"{self.endpoint}/api/kernel-hub/keys/{namespace}", headers=build_hf_headers(token=self.token)
-        )
-        if _extension_answered(listed) and kid in {k.get("id") for k in listed.json().get("keys", [])}:
+        listed = self.namespace_keys(namespace)
+        if listed is not None and kid in {k.get("id") for k in listed}:
             return None
         r = self._post(f"/api/kernel-hub/keys/{namespace}", {"public_key": public_b64})
+        if r.status_code == 403 and r.headers.get("X-Error-Code") == "KeyNotAllowed":
+            raise PublishError(_said(r))
         if not _extension_answered(r):
             return (
                 f"{self.endpoint} has no key registry: publisher key {kid} ships in the repo as "
                 f"{signing.key_file_path(kid)}; loaders pin it on first use (or take it from the user)"
             )
         return f"publisher key {kid} registered for {namespace}"
+
+    def namespace_keys(self, namespace: str) -> list[dict] | None:
+        """The hub's publisher keys of `namespace` (`id`, `public_key`, ...); None: the hub has no key route."""
+        r = get_session().get(
+            f"{self.endpoint}/api/kernel-hub/keys/{namespace}", headers=build_hf_headers(token=self.token)
+        )
+        return r.json().get("keys", []) if _extension_answered(r) else None
 
     def delete_branch(self, repo_id: str, branch: str, waits_s: tuple[float, ...] = ()) -> Exception | None:
         """Delete `branch` (gone already counts as done), trying again after each pause; the last error or None."""
@@ -322,6 +329,14 @@ class HubClient:
             except HTTPError as e:  # the hub is unreachable: maybe only for a moment
                 error = e
         return error
+
+
+def _said(r: Response) -> str:
+    """The hub's own one-line message in an error answer."""
+    try:
+        return str(r.json().get("error") or r.text)
+    except ValueError:
+        return r.headers.get("X-Error-Message") or r.text
 
 
 def _extension_answered(r: Response) -> bool:
@@ -395,6 +410,9 @@ def publish(
     new_api = dist_api({v: m.api for v, m in metas.items()})
     oidc_token = ambient_identity() if sigstore else None
     key_path = Path(key_path) if key_path else signing.default_key_path(namespace)
+    client = HubClient(endpoint, token)
+    if not key_path.exists():
+        refuse_second_key(client, namespace, key_path)
     key, created = signing.load_or_create_key(key_path)
     pub = signing.public_key_b64(key)
     notes = []
@@ -402,7 +420,6 @@ def publish(
         notes.append(f"created publisher key {key_path}")
         log.info(notes[-1])
 
-    client = HubClient(endpoint, token)
     client.api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True, private=private)
     heads = client.branch_heads(repo_id)
     head = heads.get(branch)
@@ -438,6 +455,23 @@ def publish(
             log.info("uploading %d files of %s to %s", len(expected), dist, client.endpoint)
             commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
     return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
+
+
+def refuse_second_key(client: HubClient, namespace: str, key_path: Path) -> None:
+    """Refuse to make a fresh key for a namespace the hub already knows keys of (before any file is written).
+
+    A teammate or CI runner without the team's key would otherwise sign with a new one, and every loader
+    pinned to the team's key would refuse that version.
+    """
+    listed = client.namespace_keys(namespace)
+    if listed:
+        ids = ", ".join(k.get("id", "?") for k in listed)
+        raise PublishError(
+            f"{namespace} signs with publisher key(s) {ids} on {client.endpoint}, and there is no key at "
+            f"{key_path}: use the team's key (`kernel-hub key export {namespace}` where it lives, then "
+            f"`kernel-hub key import {namespace} FILE` here, or --key / KERNEL_HUB_KEY), or add a new key on "
+            f"purpose with `kernel-hub key rotate {namespace}` from a machine holding a current key"
+        )
 
 
 def remove_stale_publish_branches(client: HubClient, repo_id: str, heads: Mapping[str, str]) -> list[str]:

@@ -146,6 +146,35 @@ def verify_metadata(metadata_bytes: bytes, sig_text: str, public_keys_b64: list[
     return kid
 
 
+ENDORSEMENT_PREFIX = b"kernel-hub publisher key endorsement v1\n"
+
+
+def endorsement_message(namespace: str, new_pub_b64: str) -> bytes:
+    """The bytes a current key signs to let `new_pub_b64` sign for `namespace` too (a deliberate rotation)."""
+    return ENDORSEMENT_PREFIX + f"{namespace}\n{key_id(new_pub_b64)}\n{new_pub_b64}\n".encode()
+
+
+def sign_endorsement(key: Ed25519PrivateKey, namespace: str, new_pub_b64: str) -> str:
+    """Base64 signature by `key` (a current key of `namespace`) endorsing `new_pub_b64`."""
+    return base64.b64encode(key.sign(endorsement_message(namespace, new_pub_b64))).decode("ascii")
+
+
+def verify_endorsement(namespace: str, new_pub_b64: str, signer_pub_b64: str, signature_b64: str) -> None:
+    """Raise SignatureError unless `signer_pub_b64` signed the endorsement of `new_pub_b64` for `namespace`."""
+    try:
+        signature = base64.b64decode(signature_b64, validate=True)
+    except (binascii.Error, TypeError) as e:
+        raise SignatureError(f"endorsement of key {key_id(new_pub_b64)} is not valid base64 ({e})") from None
+    public = Ed25519PublicKey.from_public_bytes(_decode_public_key(signer_pub_b64))
+    try:
+        public.verify(signature, endorsement_message(namespace, new_pub_b64))
+    except InvalidSignature:
+        raise SignatureError(
+            f"the endorsement of key {key_id(new_pub_b64)} for {namespace} is not signed by key "
+            f"{key_id(signer_pub_b64)}"
+        ) from None
+
+
 def _decode_public_key(pub_b64: str) -> bytes:
     try:
         raw = base64.b64decode(pub_b64, validate=True)

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from huggingface_hub import HfApi
 
+from registry.spec import signing
 from tests.conftest import REPO_ROOT, HubProcess
 
 
@@ -61,8 +62,15 @@ def test_keys_cli_and_api(hub, http, tmp_path):
         ).status_code
         == 403
     )
+    # A second key only on purpose (issue 43): a write token alone is refused, an endorsement by the
+    # current key lets it in (and is listed with it for loaders to follow).
+    r = http.post("/api/kernel-hub/keys/key-org", json=body, headers={"authorization": f"Bearer {token}"})
+    assert r.status_code == 403 and r.headers["x-error-code"] == "KeyNotAllowed"
+    body["endorsed_by"] = key_id
+    body["endorsement"] = signing.sign_endorsement(k1, "key-org", body["public_key"])
     r = http.post("/api/kernel-hub/keys/key-org", json=body, headers={"authorization": f"Bearer {token}"})
     assert r.status_code == 200 and len(http.get("/api/kernel-hub/keys/key-org").json()["keys"]) == 2
+    assert http.get("/api/kernel-hub/keys/key-org").json()["keys"][1]["endorsed_by"] == key_id
     bad = http.post(
         "/api/kernel-hub/keys/key-org",
         json={"public_key": "AAAA"},

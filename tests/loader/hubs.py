@@ -19,3 +19,15 @@ def publish_fresh(hub, dist: Path, key_path: Path, version: int = 1) -> tuple[st
     repo = f"{org}/fused-mlp"
     result = publish(repo, dist, version, endpoint=hub.url, token=token, key_path=key_path)
     return repo, result.commit, token
+
+
+def add_key_on_purpose(hub, namespace: str, key_path: Path) -> Path:
+    """Make a key at `key_path` and register it for `namespace` as the hub's admin does (`kernel-hub key add`):
+    the only way besides a signed rotation that a namespace gets a second key (issue 43)."""
+    from registry.spec.signing import load_or_create_key, public_key_b64
+
+    key, _ = load_or_create_key(key_path)
+    pub = key_path.with_suffix(".pub")
+    pub.write_text(public_key_b64(key) + "\n")
+    hub._admin("key", "add", namespace, "--public-key", str(pub))
+    return key_path

@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from hubs import add_key_on_purpose
 from loader_paths import NAMESPACE
 
 from registry import KernelLoadError, get_kernel
 from registry.publisher.publish import publish
-from registry.spec.signing import generate_key, key_id, load_private_key, public_key_b64, save_private_key
+from registry.spec.signing import key_id, load_private_key, public_key_b64
 
 QUIET = {"check": None, "speed_check": None, "fallback": "eager"}  # trust is decided before any of these
 
@@ -67,9 +68,9 @@ def test_keys_are_pinned_on_first_use_and_a_changed_key_is_refused(hub_env, hub,
     assert pins["publisher"]["trusted_publisher"] is True
     assert get_kernel(repo, version=1, **QUIET).__kernel_info__["trust"]["keys"] == "pinned"
 
-    # v2 signed by a new key, which the publisher registers on the hub for the same namespace
-    new_key = tmp_path / "new.pem"
-    save_private_key(generate_key(), new_key)
+    # v2 signed by a new key, which the hub's admin registers for the same namespace (without a rotation
+    # signed by the pinned key: tests/loader/test_team_signing.py has the rotation loaders follow)
+    new_key = add_key_on_purpose(hub, NAMESPACE, tmp_path / "new.pem")
     publisher.publish(
         "rotated", publisher.build("rotated-v2", variants=["torch-cpu"]), version=2, key=new_key
     )

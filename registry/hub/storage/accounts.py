@@ -14,9 +14,44 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from registry.spec import signing
+
 from ..errors import HubError
 from . import db
 from .rowcache import RowCache
+
+
+def _key_entry(row) -> dict:
+    entry = {"id": row.key_id, "public_key": row.public_key}
+    if row.endorsed_by:
+        entry.update(endorsed_by=row.endorsed_by, endorsement=row.endorsement)
+    return entry
+
+
+def _check_endorsement(
+    namespace: str, public: str, current: dict[str, str], endorsed_by: str | None, endorsement: str | None
+) -> None:
+    """Refuse (KeyNotAllowed) a further key of `namespace` unless a current key signed it in."""
+    kid = hashlib.sha256(base64.b64decode(public)).hexdigest()[:16]
+    listed = ", ".join(current)
+    if endorsed_by is None or not isinstance(endorsement, str):
+        raise HubError(
+            "KeyNotAllowed",
+            f"{namespace} already signs with publisher key(s) {listed}, and key {kid} was not added on purpose: "
+            f"publish with the team's key (`kernel-hub key export {namespace}` where it lives, `kernel-hub key "
+            f"import {namespace} FILE` here), or add this key by a rotation signed with a current key "
+            f"(`kernel-hub key rotate {namespace} --new-key FILE`) or by a hub admin (`kernel-hub key add`)",
+        )
+    if endorsed_by not in current:
+        raise HubError(
+            "KeyNotAllowed",
+            f"key {kid} is endorsed by key {endorsed_by}, which is not a key of {namespace} ({listed}); "
+            "sign the rotation with a current key",
+        )
+    try:
+        signing.verify_endorsement(namespace, public, current[endorsed_by], endorsement)
+    except signing.SignatureError as e:
+        raise HubError("KeyNotAllowed", f"{e}; sign the rotation with that key's private half") from None
 
 
 @dataclass(frozen=True)
@@ -156,8 +191,22 @@ class Accounts:
         return {"name": row.name, "trusted": bool(row.trusted), "members": sorted(members)}
 
     # --- publisher keys ----------------------------------------------------------------------------
-    def add_key(self, namespace: str, public_key_b64: str) -> str:
-        """Register an ed25519 public key (base64 of the raw 32 bytes); returns its id."""
+    def add_key(
+        self,
+        namespace: str,
+        public_key_b64: str,
+        *,
+        on_purpose: bool = False,
+        endorsed_by: str | None = None,
+        endorsement: str | None = None,
+    ) -> str:
+        """Register an ed25519 public key (base64 of the raw 32 bytes); returns its id.
+
+        A namespace's first key is taken as it comes (first use); any further key only on purpose: from the
+        admin command (`on_purpose`), or endorsed by a current key of the namespace (a signed rotation).
+        Otherwise KeyNotAllowed: a second machine publishing with its own fresh key must not silently split
+        what consumers trust.
+        """
         try:
             raw = base64.b64decode(public_key_b64, validate=True)
         except (ValueError, TypeError):
@@ -168,36 +217,45 @@ class Accounts:
                 "public_key must be the base64 of a raw 32-byte ed25519 public key "
                 f"(got {len(raw)} bytes after decoding)",
             )
+        public = base64.b64encode(raw).decode()
         key_id = hashlib.sha256(raw).hexdigest()[:16]
         try:
             with db.write_tx(self.engine) as c:
+                rows = c.execute(select(db.keys).where(db.keys.c.namespace == namespace)).all()
+                current = {r.key_id: r.public_key for r in rows}
+                if key_id in current:
+                    return key_id  # the same key registered again: nothing to change
+                if current and not on_purpose:
+                    _check_endorsement(namespace, public, current, endorsed_by, endorsement)
+                else:
+                    endorsed_by = endorsement = None
                 c.execute(
                     insert(db.keys).values(
                         namespace=namespace,
                         key_id=key_id,
-                        public_key=base64.b64encode(raw).decode(),
+                        public_key=public,
                         created_at=time.time(),
+                        endorsed_by=endorsed_by,
+                        endorsement=endorsement,
                     )
                 )
         except IntegrityError:
-            pass  # the same key registered again: nothing to change
+            pass  # registered by a concurrent request meanwhile
         return key_id
 
     def keys(self, namespace: str) -> list[dict]:
+        """`{"id", "public_key"}` per key of `namespace`, oldest first; `endorsed_by` + `endorsement` for rotations."""
         with db.read_tx(self.engine) as c:
             rows = c.execute(
                 select(db.keys).where(db.keys.c.namespace == namespace).order_by(db.keys.c.created_at)
             ).all()
-        return [{"id": r.key_id, "public_key": r.public_key} for r in rows]
+        return [_key_entry(r) for r in rows]
 
     def all_keys(self) -> list[dict]:
         """Every publisher key as `{"namespace", "id", "public_key", "created_at"}`."""
         with db.read_tx(self.engine) as c:
             rows = c.execute(select(db.keys).order_by(db.keys.c.namespace, db.keys.c.created_at)).all()
-        return [
-            {"namespace": r.namespace, "id": r.key_id, "public_key": r.public_key, "created_at": r.created_at}
-            for r in rows
-        ]
+        return [{"namespace": r.namespace, "created_at": r.created_at, **_key_entry(r)} for r in rows]
 
     def revoke_key(self, namespace: str, key_id: str) -> bool:
         """Remove a publisher key of `namespace`; False when it was not registered."""

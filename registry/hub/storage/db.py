@@ -125,6 +125,9 @@ keys = Table(
     Column("key_id", String(16), primary_key=True),
     Column("public_key", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+    # A key added by rotation: the current key that signed it in, and that signature (spec/signing.py).
+    Column("endorsed_by", String(16)),
+    Column("endorsement", Text),
 )
 
 # Writers lease a blob before they store or rely on it; gc deletes only unleased ones (leases.py).

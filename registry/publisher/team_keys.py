@@ -1,0 +1,149 @@
+"""A team's publisher key: export it where it lives, import it on a teammate's machine or a CI runner, and
+rotate to a new key on purpose (the current key signs the new one in: `registry/spec/signing.py`).
+
+One namespace signs with one key its consumers pinned (docs/CONTRACTS.md "Trust"); the hub refuses a second
+key that nobody added on purpose (`KeyNotAllowed`), so sharing the key, or rotating it, are the two ways a
+team and its CI publish together.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from registry.atomic import write_atomic
+from registry.spec import signing
+
+from .errors import PublishError
+
+log = logging.getLogger(__name__)
+
+
+def _pem(key: Ed25519PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _load(path: Path, what: str) -> Ed25519PrivateKey:
+    try:
+        return signing.load_private_key(path)
+    except FileNotFoundError:
+        raise PublishError(f"no {what} at {path}; pass --key FILE or set KERNEL_HUB_KEY") from None
+    except (ValueError, TypeError) as e:
+        raise PublishError(f"{path} is not an ed25519 private key in PEM ({e}); check the file") from None
+
+
+def export_key(namespace: str, key_path: Path | None) -> tuple[bytes, str]:
+    """(PEM of the namespace's private key, its key id), for `kernel-hub key export`."""
+    path = Path(key_path) if key_path else signing.default_key_path(namespace)
+    key = _load(path, f"publisher key of {namespace}")
+    return _pem(key), signing.key_id(signing.public_key_b64(key))
+
+
+def import_key(
+    namespace: str, source: str, key_path: Path | None, *, force: bool = False
+) -> tuple[Path, str]:
+    """Install the PEM in `source` (a file, or `-` for stdin) as the namespace's key; returns (path, key id).
+
+    A different key already there is refused unless `force`: it may be the only copy of a key in use.
+    """
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as e:
+        raise PublishError(f"{source} is not an unencrypted PEM private key ({e}); export it with "
+                           f"`kernel-hub key export {namespace}`") from None  # fmt: skip
+    if not isinstance(key, Ed25519PrivateKey):
+        raise PublishError(f"{source} holds a {type(key).__name__}, not an ed25519 publisher key")
+    kid = signing.key_id(signing.public_key_b64(key))
+    path = Path(key_path) if key_path else signing.default_key_path(namespace)
+    if path.exists():
+        old = _load(path, "key")
+        old_id = signing.key_id(signing.public_key_b64(old))
+        if old_id == kid:
+            return path, kid
+        if not force:
+            raise PublishError(
+                f"{path} already holds key {old_id}, not {kid}: move it away first (it may be the only copy "
+                "of a key in use), or pass --force to replace it"
+            )
+    write_atomic(path, _pem(key))  # mode 0600
+    return path, kid
+
+
+@dataclass
+class Rotation:
+    namespace: str
+    old_id: str
+    new_id: str
+    new_path: Path
+    retired: Path | None  # where the old key went when the new one took its file
+
+
+def rotate_key(
+    namespace: str,
+    *,
+    endpoint: str | None,
+    token: str | None,
+    key_path: Path | None = None,
+    new_key_path: Path | None = None,
+) -> Rotation:
+    """Register a new publisher key for `namespace`, endorsed by the current one, so pinned loaders follow it.
+
+    Without `new_key_path` a fresh key takes the current key's file and the old key is kept beside it as
+    `<file>.retired-<key id>`; with it, that file's key (created when missing) is endorsed and nothing moves.
+    """
+    from .publish import HubClient, _said
+
+    path = Path(key_path) if key_path else signing.default_key_path(namespace)
+    old = _load(path, f"current publisher key of {namespace}")
+    old_pub = signing.public_key_b64(old)
+    if new_key_path is not None:
+        new, _ = signing.load_or_create_key(new_key_path)
+    else:
+        new = signing.generate_key()
+    new_pub = signing.public_key_b64(new)
+    old_id, new_id = signing.key_id(old_pub), signing.key_id(new_pub)
+    if old_id == new_id:
+        raise PublishError(f"{new_key_path} is the current key {old_id}; rotate to a different key")
+    client = HubClient(endpoint, token)
+    listed = client.namespace_keys(namespace)
+    if listed is None:
+        raise PublishError(
+            f"{client.endpoint} has no publisher key registry (a hub without kernel-hub's extensions): "
+            "loaders there pin the key shipped in the repo; publish with the new key and tell consumers to "
+            "pass publisher_keys"
+        )
+    if listed and old_id not in {k.get("id") for k in listed}:
+        raise PublishError(
+            f"{path} holds key {old_id}, which is not a key of {namespace} on {client.endpoint} "
+            f"({', '.join(k.get('id', '?') for k in listed)}); rotate from a machine with a current key"
+        )
+    pending = None
+    if new_key_path is None:  # on disk before the hub knows it: a crash never leaves a key nobody holds
+        pending = path.with_name(f"{path.name}.pending-{new_id}")
+        write_atomic(pending, _pem(new))
+    body = {
+        "public_key": new_pub,
+        "endorsed_by": old_id,
+        "endorsement": signing.sign_endorsement(old, namespace, new_pub),
+    }
+    r = client._post(f"/api/kernel-hub/keys/{namespace}", body)
+    if r.status_code >= 400:
+        if pending is not None:
+            pending.unlink()
+        raise PublishError(f"{client.endpoint} refused the rotation ({r.status_code}: {_said(r)})")
+    retired = None
+    if pending is not None:
+        retired = path.with_name(f"{path.name}.retired-{old_id}")
+        write_atomic(retired, _pem(old))
+        os.replace(pending, path)
+        log.info("old key %s kept as %s", old_id, retired)
+    return Rotation(namespace, old_id, new_id, Path(new_key_path) if new_key_path else path, retired)
