@@ -29,7 +29,7 @@ def signer_of(manifest: Manifest, read: Callable[[str], bytes], keys: list[dict]
     if not ids:
         return {"key_id": "", "status": "unsigned"}
     by_id = {k["id"]: k for k in keys}
-    kid = sorted(ids)[0] if len(ids) == 1 else ", ".join(sorted(ids))
+    kid = ", ".join(sorted(ids))
     if len(ids) > 1:
         return {"key_id": kid, "status": "several keys"}
     entry = by_id.get(kid)
