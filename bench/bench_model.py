@@ -1,11 +1,11 @@
-"""Model-level benchmark: a stack of N layers, each with its own weights, on a residual stream, run the way
-a real model runs (not one layer in a loop).
+"""Model-level benchmark: a stack of N blocks of one shape preset, each with its own weights, on a residual
+stream, run the way a real model runs (not one layer in a loop).
 
-Models: `gated` (N gated-MLP layers, GeGLU-tanh H=768 I=3072) and `mlp` (N 3xLinear(1024)+ReLU layers
-with biases). Modes: inference (no grad) and training (forward + backward, grads of every weight). Rows
-M in --rows; implementations: eager PyTorch, torch.compile (dynamic shapes, compiled once per model and
-mode), and ours (each loaded kernel, harness.py), each also inside a CUDA graph the user captures.
-Wall µs per forward in a stream of calls, GPU µs per forward from graph replay.
+Models: presets of `registry.spec.presets` (default the project's geglu-768-3072 and mlp-3x1024; e.g.
+`--models llama-3.2-1b --layers 16`). Modes: inference (no grad) and training (forward + backward, grads of
+every weight). Rows M in --rows; implementations: eager PyTorch, torch.compile (dynamic shapes, compiled
+once per model and mode), and ours (each loaded kernel, harness.py), each also inside a CUDA graph the
+user captures. Wall µs per forward in a stream of calls, GPU µs per forward from graph replay.
 
 Two more cases, no graphs (capturing per shape is what they must not need):
 - `changing M`: 24 batch sizes never seen before, one call each, against 24 calls of one warm size
@@ -18,7 +18,6 @@ Two more cases, no graphs (capturing per shape is what they must not need):
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -27,10 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
+
+from registry.spec import presets
+from registry.spec.presets import Preset
 
 NEW_SIZES = (
     3,
@@ -62,51 +63,25 @@ WARM_SIZE = 512
 
 
 class Stack:
-    """N layers with their own weights; forward(x, ops) runs them on a residual stream."""
+    """N blocks of `preset` with their own weights; forward(x, block) runs them on a residual stream."""
 
-    def __init__(self, kind: str, layers: int, dtype: torch.dtype, train: bool):
-        self.kind, self.dim = kind, 768 if kind == "gated" else 1024
-
-        def rnd(*shape, scale=1.0):
-            return (torch.randn(*shape, device="cuda") * scale).to(dtype).requires_grad_(train)
-
-        if kind == "gated":
-            h, i = 768, 3072
-            self.layers = [(rnd(i, h, scale=h**-0.5), rnd(i, h, scale=h**-0.5), rnd(h, i, scale=0.1 * i**-0.5))
-                           for _ in range(layers)]  # fmt: skip
-        else:
-            d = 1024
-            self.layers = [([rnd(d, d, scale=d**-0.5) for _ in range(2)] + [rnd(d, d, scale=0.1 * d**-0.5)],
-                            [rnd(d, scale=0.1) for _ in range(3)]) for _ in range(layers)]  # fmt: skip
+    def __init__(self, preset: Preset, layers: int, dtype: torch.dtype, train: bool):
+        self.preset, self.dim = preset, preset.hidden
+        # The last weight of each block scaled by 0.1: 32 residual additions stay O(1).
+        self.layers = [harness.inputs(preset, 1, dtype, train, last_scale=0.1) for _ in range(layers)]
 
     def params(self) -> list[torch.Tensor]:
-        flat = []
-        for layer in self.layers:
-            for p in layer:
-                flat += p if isinstance(p, list) else [p]
-        return flat
+        return [t for a in self.layers for t in harness.leaves(a)[1:]]
 
     def forward_eager(self, x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for layer in self.layers:
-            if self.kind == "gated":
-                wg, wu, wd = layer
-                h = h + F.linear(F.gelu(F.linear(h, wg), approximate="tanh") * F.linear(h, wu), wd)
-            else:
-                ws, bs = layer
-                y = F.relu(F.linear(h, ws[0], bs[0]))
-                y = F.relu(F.linear(y, ws[1], bs[1]))
-                h = h + F.linear(y, ws[2], bs[2])
-        return h
+        for a in self.layers:
+            x = x + harness.eager(self.preset, x, a["ws"], a["bs"])
+        return x
 
     def forward_ours(self, x: torch.Tensor, kernel) -> torch.Tensor:
-        h = x
-        for layer in self.layers:
-            if self.kind == "gated":
-                h = h + kernel.gated_mlp(h, *layer, "gelu_tanh")
-            else:
-                h = h + kernel.mlp(h, layer[0], layer[1], "relu")
-        return h
+        for a in self.layers:
+            x = x + harness.ours(self.preset, kernel, x, a["ws"], a["bs"])
+        return x
 
 
 def make_call(stack: Stack, forward: Callable, x: torch.Tensor, train: bool) -> Callable[[], object]:
@@ -136,29 +111,42 @@ def forwards(stack: Stack, kernels: dict, with_compile: bool) -> dict[str, Calla
     return out
 
 
+def _record(out: list[dict], row: dict, measure: Callable[[dict], None]) -> None:
+    """Fill `row` with `measure`; a failure becomes the row's error, never the end of the run."""
+    try:
+        measure(row)
+    except Exception as exc:  # noqa: BLE001
+        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        traceback.print_exc()
+    out.append(row)
+    print(row, flush=True)
+
+
+def _row(stack: Stack, train: bool, impl: str, **more) -> dict:
+    mode = "train" if train else "infer"
+    return {"model": stack.preset.name, "layers": len(stack.layers), "mode": mode, **more, "impl": impl}
+
+
 def bench_fixed(stack: Stack, fns: dict, rows: tuple[int, ...], train: bool, dtype) -> list[dict]:
     out = []
+
+    def measure(row: dict, fn: Callable, x: torch.Tensor, ref: list) -> None:
+        call = make_call(stack, fn, x, train)
+        if not train:
+            ref.append(call())
+            row["rel_diff_vs_eager"] = harness.rel_err(ref[-1], ref[0])
+        iters = 20 if x.shape[0] <= 128 else 8
+        row["wall_us"] = harness.stream_us(call, iters, rounds=3)
+        row["graph_us"] = harness.stream_us(harness.graphed(call), iters, rounds=3)
+
     for m in rows:
-        x = torch.randn(m, stack.dim, device="cuda", dtype=dtype)
-        ref = None
+        x, ref = torch.randn(m, stack.dim, device="cuda", dtype=dtype), []
         for name, fn in fns.items():
-            row = {"model": stack.kind, "layers": len(stack.layers), "mode": "train" if train else "infer",
-                   "rows": m, "impl": name}  # fmt: skip
-            try:
-                call = make_call(stack, fn, x, train)
-                if not train:
-                    y = call()
-                    ref = y if ref is None else ref
-                    row["rel_diff_vs_eager"] = harness.rel_err(y, ref)
-                iters = 20 if m <= 128 else 8
-                row["wall_us"] = harness.stream_us(call, iters, rounds=3)
-                replay = harness.graphed(call)
-                row["graph_us"] = harness.stream_us(replay, iters, rounds=3)
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                traceback.print_exc()
-            out.append(row)
-            print(row, flush=True)
+            _record(
+                out,
+                _row(stack, train, name, rows=m),
+                lambda row, fn=fn, x=x, ref=ref: measure(row, fn, x, ref),
+            )
     return out
 
 
@@ -176,56 +164,39 @@ def bench_dynamic(stack: Stack, fns: dict, train: bool, dtype) -> list[dict]:
     out = []
     warm_x = torch.randn(WARM_SIZE, stack.dim, device="cuda", dtype=dtype)
     churn = [torch.randn(WARM_SIZE, stack.dim, device="cuda", dtype=dtype) for _ in range(64)]
+
+    def measure(row: dict, fn: Callable) -> None:
+        warm = make_call(stack, fn, warm_x, train)
+        warm()
+        steady = statistics.median(_timed([warm] * len(NEW_SIZES)) for _ in range(3))
+        new_xs = [torch.randn(m, stack.dim, device="cuda", dtype=dtype) for m in NEW_SIZES]
+        row["new_sizes_us"] = _timed([make_call(stack, fn, x, train) for x in new_xs])
+        row["steady_us"] = steady
+        row["new_over_steady"] = row["new_sizes_us"] / steady
+        calls = [make_call(stack, fn, x, train) for x in churn]
+        for c in calls[:4]:
+            c()
+        row["churn_us_per_call"] = _timed(calls) / len(calls)
+        row["steady_us_per_call"] = steady / len(NEW_SIZES)
+
     for name, fn in fns.items():
-        row = {
-            "model": stack.kind,
-            "layers": len(stack.layers),
-            "mode": "train" if train else "infer",
-            "impl": name,
-        }
-        try:
-            warm = make_call(stack, fn, warm_x, train)
-            warm()
-            steady = statistics.median(_timed([warm] * len(NEW_SIZES)) for _ in range(3))
-            new_xs = [torch.randn(m, stack.dim, device="cuda", dtype=dtype) for m in NEW_SIZES]
-            row["new_sizes_us"] = _timed([make_call(stack, fn, x, train) for x in new_xs])
-            row["steady_us"] = steady
-            row["new_over_steady"] = row["new_sizes_us"] / steady
-            calls = [make_call(stack, fn, x, train) for x in churn]
-            for c in calls[:4]:
-                c()
-            row["churn_us_per_call"] = _timed(calls) / len(calls)
-            row["steady_us_per_call"] = steady / len(NEW_SIZES)
-        except Exception as exc:  # noqa: BLE001
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            traceback.print_exc()
-        out.append(row)
-        print(row, flush=True)
+        _record(out, _row(stack, train, name), lambda row, fn=fn: measure(row, fn))
     return out
 
 
-def run(
-    kernels: dict,
-    layers: int,
-    rows: tuple[int, ...],
-    models: list[str],
-    modes: list[str],
-    dtype,
-    with_compile: bool,
-    results: list[dict],
-    save: Callable[[], None],
-) -> None:
+def run(kernels: dict, layers: int, rows: tuple[int, ...], models: list[str], modes: list[str], dtype,
+        with_compile: bool, results: list[dict], save: Callable[[], None]) -> None:  # fmt: skip
     """Append every (model, mode) block's rows to `results`, calling `save` after each block."""
-    for kind in models:
+    for name in models:
         for mode in modes:
             train = mode == "train"
             torch.manual_seed(0)
-            stack = Stack(kind, layers, dtype, train)
+            stack = Stack(presets.get(name), layers, dtype, train)
             fns = forwards(stack, kernels, with_compile)
             t0 = time.perf_counter()
             results += bench_fixed(stack, fns, rows, train, dtype)
             results += bench_dynamic(stack, fns, train, dtype)
-            print(f"{kind} {mode}: {time.perf_counter() - t0:.1f} s", flush=True)
+            print(f"{name} {mode}: {time.perf_counter() - t0:.1f} s", flush=True)
             save()
             del stack, fns
             torch.cuda.empty_cache()
@@ -253,26 +224,28 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--json", type=Path, default=None)
+    parser = harness.tool_parser(__doc__)
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--rows", default="1,16,128,1024")
-    parser.add_argument("--models", default="gated,mlp")
+    parser.add_argument("--models", default="geglu-768-3072,mlp-3x1024", help="comma list of preset names")
     parser.add_argument("--modes", default="infer,train")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     parser.add_argument(
-        "--no-compile", action="store_true", help="leave torch.compile out (it compiles per model/mode)"
+        "--no-compile", action="store_true", help="leave torch.compile out (compiles per model)"
     )
     args = parser.parse_args(argv)
+    models = args.models.split(",")
+    for name in models:
+        presets.get(name)  # an unknown name fails here, before anything loads
     kernels = harness.load_kernels(args)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     rows = tuple(int(r) for r in args.rows.split(","))
     report = {"environment": harness.environment(), "kernels": harness.describe(kernels), "layers": args.layers,
               "new_sizes": list(NEW_SIZES), "results": []}  # fmt: skip
-    run(kernels, args.layers, rows, args.models.split(","), args.modes.split(","), dtype, not args.no_compile,
+    run(kernels, args.layers, rows, models, args.modes.split(","), harness.dtype_of(args.dtype), not args.no_compile,
         report["results"], lambda: harness.write_json(args.json, report))  # fmt: skip
     harness.write_json(args.json, report)
+    keys = ("model", "layers", "mode", "rows")
+    harness.append_csv("model", report["results"], keys, ("wall_us", "graph_us", "new_over_steady"), args.csv)
     print(table(report["results"]))
     return 0
 

@@ -1,21 +1,20 @@
-"""Op-level benchmark of what users get: every implementation of every workload, side by side, in one run.
+"""The ops table: every implementation of every case of the real-model shape suite, side by side, in one run.
 
-Implementations: ours (each loaded kernel, e.g. the stable-ABI CUDA variant and the torch-cuda Triton
-variant, as `get_kernel` or a built variant dir gives them; see harness.py), eager PyTorch, eager inside a
-CUDA graph, cuBLASLt epilogues (`torch._addmm_activation`), torch.compile (default; max-autotune only on
-the rows in MAX_AUTOTUNE_ROWS: it autotunes every GEMM for minutes), Liger (when importable), and the
-floor = max(FLOPs / peak, bytes / bandwidth) of the card (harness.peaks: H200 788 TFLOP/s, 4.25 TB/s; H100 798, 3.0). Each row: wall µs per call in a stream of calls and
-GPU µs per call replayed in a graph (medians of interleaved rounds), and the relative error against float64.
-`cublas_gemms_only` (the workload's GEMMs alone, by cuBLAS) is the reference of the %-of-cuBLAS column.
+Cases: the presets of `registry.spec.presets` (llama-3-8b, qwen2.5-7b, llama-3.2-1b, gemma-2-2b, gpt2,
+bert-large and the project's mlp-3x1024 and geglu-768-3072) at each row count M, forward, and forward +
+backward at the training sizes; `--presets/--rows/--train-rows/--dtypes` pick a part of it.
+Implementations: ours (each loaded kernel, harness.py) and every anchor (harness.implementations: eager,
+eager in a CUDA graph, cuBLASLt epilogues, torch.compile, max-autotune with --max-autotune, Liger), plus
+`cublas_gemms_only` (the block's GEMMs alone by cuBLAS: the reference of the %-of-cuBLAS column, not an
+anchor) and the floor = max(FLOPs / peak, bytes / bandwidth) of the card. Each row: wall µs per call in a
+stream and GPU µs per call replayed in a graph (medians of interleaved rounds), error against float64.
 
-    python bench/bench_ops.py --variant-dir dist/fused-mlp/build/<variant>=label ... --json out.json
-    python bench/bench_ops.py --hub URL --repo acme/fused-mlp=cuda --repo acme/fused-mlp-triton=triton ...
+    python bench/bench_ops.py --variant-dir dist/fused-mlp/build/<variant>=label ... [--json out.json]
+    python bench/bench_ops.py --hub URL --repo acme/fused-mlp=cuda --presets llama-3-8b --rows 1,16,512
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 import time
 import traceback
@@ -23,163 +22,73 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-# The standard workloads: one list for this benchmark, `kernel-hub bench` and the loader's speed check.
-from registry.client.workloads import WORKLOADS, Workload, api_forward, as_call, make_inputs
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from registry.spec import presets
+from registry.spec.presets import Case
 
 
-# What users already have: the implementations ours must beat (cublas_gemms_only is a reference, not one).
-ANCHORS = ("eager", "eager_cuda_graph", "cublaslt_epilogue", "compile", "compile_max_autotune", "liger")
+def cublas_gemms(case: Case, dtype) -> Callable[[], object]:
+    """The block's GEMMs alone, by cuBLAS (`torch.mm`, gate|up as one [M, 2I] GEMM) on fresh operands;
+    forward + backward adds each layer's dgrad and wgrad GEMM."""
+    p, m = case.preset, case.rows
+    dims = (
+        [(2 * p.intermediate, p.hidden), (p.hidden, p.intermediate)]
+        if p.op == "gated_mlp"
+        else p.weight_shapes
+    )
 
-# torch.compile(mode="max-autotune") only here: it autotunes each GEMM shape (minutes of device time).
-MAX_AUTOTUNE_ROWS = ("gated GeGLU-tanh H=768 I=3072 M=8192",)
+    def rnd(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
 
-
-def floor_us(w: Workload, elem: int) -> float:
-    """max(FLOPs / peak FLOP/s, bytes / peak bandwidth) of this GPU in µs (harness.peaks)."""
-    flops, nbytes = w.flops_bytes(elem)
-    peak_flops, peak_bytes = harness.peaks()
-    return max(flops / peak_flops, nbytes / peak_bytes) * 1e6
-
-
-def eager_forward(w: Workload, a: dict) -> torch.Tensor:
-    """Plain PyTorch: what a user writes without our kernel."""
-    if w.kind == "mlp":
-        h = a["x"]
-        for i, (wt, b) in enumerate(zip(a["ws"], a["bs"])):
-            h = F.linear(h, wt, b)
-            h = F.relu(h) if i < 2 else h
-        return h
-    if w.kind == "gated":
-        g = F.gelu(F.linear(a["x"], a["wg"]), approximate="tanh")
-        return F.linear(g * F.linear(a["x"], a["wu"]), a["wd"])
-    return F.gelu(a["gate"], approximate="tanh") * a["up"]
-
-
-def cublaslt_forward(w: Workload, a: dict) -> torch.Tensor | None:
-    if w.kind != "mlp":
-        return None
-    ws, bs = a["ws"], a["bs"]
-    h = torch._addmm_activation(bs[0], a["x"], ws[0].t())
-    h = torch._addmm_activation(bs[1], h, ws[1].t())
-    return torch.addmm(bs[2], h, ws[2].t())
-
-
-def liger_forward(w: Workload, a: dict) -> torch.Tensor | None:
-    if w.kind == "mlp":
-        return None
-    from liger_kernel.ops.geglu import LigerGELUMulFunction
-
-    if w.kind == "gated":
-        return F.linear(
-            LigerGELUMulFunction.apply(F.linear(a["x"], a["wg"]), F.linear(a["x"], a["wu"])), a["wd"]
-        )
-    return LigerGELUMulFunction.apply(a["gate"], a["up"])
-
-
-def reference64(w: Workload, a: dict) -> torch.Tensor:
-    a64 = {
-        k: ([t.detach().double() for t in v] if isinstance(v, list) else v.detach().double())
-        for k, v in a.items()
-    }
-    return eager_forward(w, a64)
-
-
-def implementations(
-    w: Workload, a: dict, kernels: dict, max_autotune: bool, skip: set[str]
-) -> dict[str, Callable]:
-    """impl name -> builder of the forward callable (None: not applicable); builders run lazily."""
-
-    def compiled(mode):
-        def build():
-            torch._dynamo.reset()
-            fn = torch.compile(lambda: eager_forward(w, a), mode=mode, dynamic=False)
-            return fn
-
-        return build
-
-    impls: dict[str, Callable] = {
-        "eager": lambda: lambda: eager_forward(w, a),
-        "cublaslt_epilogue": lambda: (
-            (lambda: cublaslt_forward(w, a)) if w.kind == "mlp" and not w.train else None
-        ),
-        "compile": compiled(None),
-    }
-    if max_autotune and w.name in MAX_AUTOTUNE_ROWS:
-        impls["compile_max_autotune"] = compiled("max-autotune")
-    impls["liger"] = lambda: (lambda: liger_forward(w, a)) if w.kind != "mlp" else None
-    for label, kernel in kernels.items():
-        impls[f"ours:{label}"] = lambda kernel=kernel: lambda: api_forward(w, a, kernel)
-    return {name: build for name, build in impls.items() if name not in skip}
-
-
-def cublas_gemms(w: Workload, a: dict) -> Callable[[], object] | None:
-    """The workload's GEMMs alone, by cuBLAS (`torch.mm`: no bias, activation or elementwise pass), on
-    fresh operands of the same shapes; forward+backward adds each layer's dgrad and wgrad GEMM. Not an
-    anchor (it does not compute the workload): the reference of the %-of-cuBLAS column."""
-    if w.kind == "act_and_mul":
-        return None
-    m, s, dt = w.rows, w.shape, a["x"].dtype
-    if w.kind == "mlp":
-        dims = [(s[0], s[0])] * 3  # (N, K) per layer
-    else:
-        h, i = s
-        dims = [(2 * i, h), (h, i)]  # [gate; up] as one GEMM, then down
-    layers = [(torch.randn(m, k, device="cuda", dtype=dt), torch.randn(n, k, device="cuda", dtype=dt) * k**-0.5,
-               torch.randn(m, n, device="cuda", dtype=dt)) for n, k in dims]  # fmt: skip
+    layers = [(rnd(m, k), rnd(n, k) * k**-0.5, rnd(m, n)) for n, k in dims]
 
     def run():
-        out = None
-        for x, wt, dy in layers:
-            out = torch.mm(x, wt.t())
-            if w.train:
-                torch.mm(dy, wt)
+        for x, w, dy in layers:
+            out = torch.mm(x, w.t())
+            if case.train:
+                torch.mm(dy, w)
                 torch.mm(dy.t(), x)
         return out
 
     return run
 
 
-def bench_workload(
-    w: Workload, dtype: torch.dtype, kernels: dict, max_autotune: bool, skip: set[str], rounds: int = 5
+def bench_case(
+    case: Case, kernels: dict, compile_modes: tuple[str, ...], skip: set[str], rounds: int
 ) -> list[dict]:
-    """Every implementation of `w`, prepared first (built, checked against float64, captured), then timed in
-    `rounds` interleaved rounds, each in a rotated order: the GPU's clocks drift with heat over a run (up to
-    15% on the H200, bench/RESULTS.md session 26), so timing one implementation after another would favour
-    whichever runs first. Each number is the median of the rounds; `*_spread` keeps their min and max."""
+    """Every implementation of `case`, prepared first (built, checked against float64, captured), then timed in
+    `rounds` interleaved rounds, each in a rotated order: clocks drift with heat over a run, so timing one
+    implementation after another would favour whichever runs first (BENCHMARKS.md, "Method")."""
     torch.manual_seed(0)
-    a = make_inputs(w, dtype)
+    dtype, p = harness.dtype_of(case.dtype), case.preset
+    a = harness.inputs(p, case.rows, dtype, case.train)
+    expected = harness.reference64(p, a)
     elem = torch.empty((), dtype=dtype).element_size()
-    expected = reference64(w, a)
-    iters, repeat = (100 if w.rows <= 1024 else 30), 20
-    done, timed = [], []  # rows with an error or nothing to time; (row, call, replay or None) to time
-    builders = implementations(w, a, kernels, max_autotune, skip)
-    if "cublas_gemms_only" not in skip and not max_autotune:
-        builders["cublas_gemms_only"] = lambda: cublas_gemms(w, a)
+    iters, repeat = (100 if case.rows <= 1024 else 30), 20
+    done, timed = [], []  # rows with an error; (row, call, replay or None) to time
+    builders = harness.implementations(p, a, kernels, case.train, compile_modes)
+    if compile_modes == ("default",):
+        builders["cublas_gemms_only"] = lambda: cublas_gemms(case, dtype)
     for name, build in builders.items():
-        row = {"workload": w.name, "dtype": str(dtype).removeprefix("torch."), "impl": name,
-               "floor_us": floor_us(w, elem)}  # fmt: skip
+        if name in skip:
+            continue
+        row = {"preset": p.name, "rows": case.rows, "dtype": case.dtype, "train": case.train, "case": case.label,
+               "impl": name, "floor_us": harness.floor_us(case, elem)}  # fmt: skip
         t0 = time.perf_counter()
         try:
             forward = build()
-            if forward is None:
-                continue
             if name == "cublas_gemms_only":
                 call = forward
             else:
-                if not w.train:
+                if not case.train:
                     with torch.no_grad():
                         row["rel_err"] = harness.rel_err(forward(), expected)
-                call = as_call(w, a, forward)
-            replay = _graphed_or_none(call, repeat)
-            timed.append((row, call, replay))
-            if name == "eager":  # the same forward captured once by the user: its replay is both numbers
+                call = harness.as_call(a, forward, case.train)
+            timed.append((row, call, harness.graphed_or_none(call, repeat)))
+            if name == "eager" and "eager_cuda_graph" not in skip:  # captured once by the user: replay = both
                 timed.append(
                     ({**row, "impl": "eager_cuda_graph", "same_gpu_as": "eager"}, harness.graphed(call), None)
                 )
@@ -188,15 +97,12 @@ def bench_workload(
             traceback.print_exc()
             done.append(row)
         row["seconds"] = round(time.perf_counter() - t0, 2)
-    walls: dict[int, list[float]] = {id(r): [] for r, _, _ in timed}
-    gpus: dict[int, list[float]] = {id(r): [] for r, _, _ in timed}
+    walls = {id(r): [] for r, _, _ in timed}
+    gpus = {id(r): [] for r, _, _ in timed}
     for r in range(rounds if timed else 0):
-        shift = r % len(timed)
-        order = timed[shift:] + timed[:shift]
-        # Graph replays in a pass of their own, before the wall loops, so each follows GPU-bound work: timed
-        # right after its own wall loop, a host-bound implementation's replay started on a GPU that had idled
-        # half the time (H100, session 32: the torch-cuda fallback 21 µs ahead of the stable-ABI variant in the
-        # gated training row, level with it in back-to-back graphs of the same kernels).
+        order = timed[r % len(timed) :] + timed[: r % len(timed)]
+        # Replays in a pass of their own, before the wall loops, so each follows GPU-bound work: a replay right
+        # after a host-bound wall loop starts on a GPU that idled half the time.
         for row, _, replay in order:
             if replay is not None:
                 gpus[id(row)].append(harness.replay_us(replay, repeat, replays=3))
@@ -204,111 +110,96 @@ def bench_workload(
             walls[id(row)].append(harness.stream_us(call, iters, rounds=1))
     by_impl = {row["impl"]: row for row, _, _ in timed}
     for row, _, _ in timed:
-        row["wall_us"], row["wall_spread"] = _median_spread(walls[id(row)])
+        row["wall_us"], row["wall_spread"] = harness.median_spread(walls[id(row)])
         source = by_impl[row.pop("same_gpu_as")] if "same_gpu_as" in row else row
-        row["gpu_us"], row["gpu_spread"] = _median_spread(gpus[id(source)])
-        row["rounds"] = rounds
+        row["gpu_us"], row["gpu_spread"] = harness.median_spread(gpus[id(source)])
         print(format_row(row), flush=True)
     torch.cuda.synchronize()
     return [row for row, _, _ in timed] + done
 
 
-def _graphed_or_none(call: Callable[[], object], repeat: int) -> Callable[[], None] | None:
-    """`repeat` calls captured in one CUDA graph (its replay), or None when the call cannot be captured."""
-    try:
-        return harness.graphed(call, repeat)
-    except Exception:  # noqa: BLE001  (not capturable: the row reports no GPU time)
-        torch.cuda.synchronize()
-        return None
-
-
-def _median_spread(values: list[float]) -> tuple[float | None, list[float] | None]:
-    if not values:
-        return None, None
-    return statistics.median(values), [min(values), max(values)]
-
-
 def format_row(r: dict) -> str:
     if "error" in r:
-        return f"{r['workload']:<46} {r['impl']:<22} ERROR {r['error'][:100]}"
-    # No rel_err: a training row (tests/cuda checks its gradients).
-    gpu, err = r.get("gpu_us"), r.get("rel_err")
-    return (f"{r['workload']:<46} {r['dtype']:<8} {r['impl']:<22} wall {r['wall_us']:8.1f}  gpu "
-            f"{'-' if gpu is None else f'{gpu:8.1f}'}  floor {r['floor_us']:6.1f}  err {'-' if err is None else f'{err:.1e}'}")  # fmt: skip
+        return f"{r['case']:<40} {r['impl']:<22} ERROR {r['error'][:100]}"
+    gpu, err = r.get("gpu_us"), r.get("rel_err")  # no rel_err: a training row (tests/cuda checks gradients)
+    return (f"{r['case']:<40} {r['impl']:<22} wall {r['wall_us']:8.1f}  gpu {'-' if gpu is None else f'{gpu:8.1f}'}"
+            f"  floor {r['floor_us']:7.1f}  err {'-' if err is None else f'{err:.1e}'}")  # fmt: skip
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: one line per workload, one column per implementation, `wall / gpu` µs; then, per loaded
-    kernel of ours, its GPU time as % of the workload's cuBLAS GEMMs alone and % of the floor (100% = at the
-    reference; above 100% = faster than it), and the fastest anchor's GPU time."""
+    """Markdown: one line per case, one column per implementation (`wall / gpu` µs), the floor, per kernel of
+    ours its GPU time as % of the block's cuBLAS GEMMs and % of the floor, and the fastest anchor's GPU time."""
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     ours = [i for i in impls if i.startswith("ours:")]
     extra = [f"{i}: % of cuBLAS GEMMs / % of floor" for i in ours] + ["best anchor (GPU)"]
-    out = ["| workload | dtype | " + " | ".join(impls + ["floor"] + extra) + " |",
-           "|---" * (len(impls) + len(extra) + 3) + "|"]  # fmt: skip
-    for key in dict.fromkeys((r["workload"], r["dtype"]) for r in rows):
-        by = {r["impl"]: r for r in rows if (r["workload"], r["dtype"]) == key and "error" not in r}
+    out = [
+        "| case | " + " | ".join(impls + ["floor"] + extra) + " |",
+        "|---" * (len(impls) + len(extra) + 2) + "|",
+    ]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case]
+        by = {r["impl"]: r for r in mine if "error" not in r}
         cells = []
         for i in impls:
             r = by.get(i)
-            if r is None:
-                failed = any(x["impl"] == i and (x["workload"], x["dtype"]) == key for x in rows)
-                cells.append("error" if failed else "–")
-            else:
-                gpu = r.get("gpu_us")
-                cells.append(f"{r['wall_us']:.1f} / {'–' if gpu is None else f'{gpu:.1f}'}")
-        floor = next(r["floor_us"] for r in rows if (r["workload"], r["dtype"]) == key)
+            failed = any(x["impl"] == i for x in mine)
+            gpu = r and r.get("gpu_us")
+            cells.append(
+                f"{r['wall_us']:.1f} / {gpu and f'{gpu:.1f}' or '–'}" if r else "error" if failed else "–"
+            )
+        floor = mine[0]["floor_us"]
         cells.append(f"{floor:.1f}")
         ref = (by.get("cublas_gemms_only") or {}).get("gpu_us")
         for i in ours:
             gpu = (by.get(i) or {}).get("gpu_us")
-            pct_cublas = f"{100 * ref / gpu:.0f}%" if gpu and ref else "–"
-            cells.append(f"{pct_cublas} / {100 * floor / gpu:.0f}%" if gpu else "–")
-        anchors = {i: r["gpu_us"] for i, r in by.items()
-                   if i in ANCHORS and r.get("gpu_us") is not None}  # fmt: skip
+            cells.append(
+                f"{f'{100 * ref / gpu:.0f}%' if ref and gpu else '–'} / {100 * floor / gpu:.0f}%"
+                if gpu
+                else "–"
+            )
+        anchors = {
+            i: r["gpu_us"] for i, r in by.items() if i in harness.ANCHORS and r.get("gpu_us") is not None
+        }
         best = min(anchors, key=anchors.get) if anchors else None
         cells.append(f"{best} {anchors[best]:.1f}" if best else "–")
-        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+        out.append(f"| {case} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--dtypes", default="bf16")
+    parser = harness.tool_parser(__doc__)
+    parser.add_argument("--presets", default=",".join(presets.names()), help="comma list of preset names")
+    parser.add_argument("--rows", default=",".join(map(str, presets.ROWS)), help="forward row counts M")
     parser.add_argument(
-        "--only", action="append", default=[], help="substring filter on workload names (repeat: any of them)"
+        "--train-rows", default=",".join(map(str, presets.TRAIN_ROWS)), help="fwd+bwd M ('' none)"
     )
-    parser.add_argument(
-        "--max-autotune", action="store_true", help=f"also compile max-autotune on {MAX_AUTOTUNE_ROWS}"
-    )
+    parser.add_argument("--dtypes", default="bf16", help="comma list of bf16, fp16")
+    parser.add_argument("--max-autotune", default="", help="cases (labels' prefixes, comma list) to also time "
+                        "with torch.compile max-autotune: it autotunes every GEMM shape for minutes")  # fmt: skip
     parser.add_argument(
         "--skip", default="", help="comma list of implementations to leave out (e.g. compile)"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per workload")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per case")
     args = parser.parse_args(argv)
+    ints = lambda s: [int(v) for v in s.split(",") if v]
+    cases = list(presets.suite(args.presets.split(","), ints(args.rows), [harness.DTYPES[d] for d in args.dtypes.split(",")],
+                               ints(args.train_rows)))  # fmt: skip
     kernels = harness.load_kernels(args)
-    report = {"environment": harness.environment(), "kernels": harness.describe(kernels),
-              "max_autotune_rows": list(MAX_AUTOTUNE_ROWS) if args.max_autotune else [], "rows": []}  # fmt: skip
+    report = {"environment": harness.environment(), "kernels": harness.describe(kernels), "rows": []}
     skip = set(args.skip.split(","))
-    dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
-
-    def wanted(name: str) -> bool:
-        return not args.only or any(part in name for part in args.only)
-
-    for dtype in dtypes:
-        for w in WORKLOADS:
-            if wanted(w.name):
-                report["rows"] += bench_workload(w, dtype, kernels, False, skip, args.rounds)
-                harness.write_json(args.json, report)
-    # max-autotune last: it takes the longest, and every other row is in the JSON before it starts.
-    others = {"eager", "cublaslt_epilogue", "compile", "liger"}
-    for dtype in dtypes if args.max_autotune else []:
-        for w in WORKLOADS:
-            if w.name in MAX_AUTOTUNE_ROWS and wanted(w.name):
-                report["rows"] += bench_workload(w, dtype, {}, True, skip | others, args.rounds)
-                harness.write_json(args.json, report)
+    for case in cases:
+        rows = bench_case(case, kernels, ("default",), skip, args.rounds)
+        report["rows"] += rows
+        harness.write_json(args.json, report)
+        harness.append_csv("ops", rows, ("case",), ("wall_us", "gpu_us", "rel_err"), args.csv)
+    # max-autotune last: it takes the longest, and every other row is recorded before it starts.
+    slow = [c for c in cases if any(c.label.startswith(s) for s in args.max_autotune.split(",") if s)]
+    for case in slow:
+        rows = bench_case(case, {}, ("max-autotune",), skip | {"eager", "eager_cuda_graph", "cublaslt_epilogue", "liger"},
+                          args.rounds)  # fmt: skip
+        report["rows"] += rows
+        harness.write_json(args.json, report)
+        harness.append_csv("ops", rows, ("case",), ("wall_us", "gpu_us", "rel_err"), args.csv)
     print(table(report["rows"]))
     return 0
 

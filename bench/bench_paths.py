@@ -110,9 +110,7 @@ def sweep(
                             expected = out if expected is None else expected
                             row = {"step": step, "impl": impl, "rows": m, "problem": name,
                                    "gpu_us": harness.gpu_us(call), "rel_diff": harness.rel_err(out, expected)}  # fmt: skip
-                            if (
-                                m <= HOST_BOUND_ROWS
-                            ):  # where the host cost of an implementation shows in the wall
+                            if m <= HOST_BOUND_ROWS:  # where an implementation's host cost shows in the wall
                                 row["host_us"] = harness.host_us(call, 100, 3)
                                 row["wall_us"] = harness.stream_us(call, 100, 3)
                         except Exception as exc:  # noqa: BLE001
@@ -170,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if got is None:
         return 2
     args, label, kernel = got
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    dt = harness.dtype_of(args.dtype)
     report = {"environment": harness.environment(), "kernels": harness.describe({label: kernel}), "rows": []}
 
     def written(rows: list[dict]) -> None:
@@ -181,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown step(s) {sorted(unknown)}; choose from {', '.join(IMPLS)}")
     rows = sweep(kernel, dt, written, steps)
     harness.write_json(args.json, {**report, "rows": rows, "best": best(rows)})
+    harness.append_csv("paths", rows, ("step", "problem", "rows"), ("gpu_us", "wall_us", "host_us"), args.csv)
     return 0
 
 

@@ -13,7 +13,6 @@ engine's fixed cost (an identity autograd.Function) and, for the CUDA variant, i
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -141,10 +140,7 @@ def _training_pieces(kernels: dict, x, ws, bs) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    harness.add_loading_args(parser)
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
+    args = harness.tool_parser(__doc__).parse_args(argv)
     kernels = harness.load_kernels(args)
     report = {
         "environment": harness.environment(),
@@ -152,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         "host_us": breakdown(kernels),
     }
     harness.write_json(args.json, report)
+    rows = [{"case": name, "impl": "", "us": us} for name, us in report["host_us"].items()]
+    harness.append_csv("host", rows, ("case",), ("us",), args.csv)
     return 0
 
 
