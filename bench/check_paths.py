@@ -3,7 +3,7 @@
 Each group below runs in a child process (a kernel that faults leaves its CUDA context unusable, so it
 must not take the benchmarks' processes with it): forced to that implementation, a few calls against
 float64. The last line printed is `FUSED_MLP_CUDA_DISABLE=<impls>` naming every group that failed (empty
-when all passed); bench/run_h200.sh exports it, so later stages run those steps' fallbacks
+when all passed); bench/run_gpu.sh exports it, so later stages run those steps' fallbacks
 (kernel_src/fused_mlp/cuda/paths.py) and the tables still fill. Takes a few seconds per group.
 
     python bench/check_paths.py --variant-dir DIST/build/torch-stable-abi211-cu130-x86_64-linux

@@ -1,5 +1,5 @@
 """What `get_kernel` costs and chooses on this GPU, in fresh processes against a hub: the loader stage of
-bench/run_h200.sh (issue #10's goals).
+bench/run_gpu.sh (issue #10's goals).
 
 Steps, each in a fresh interpreter with its own time limit, the JSON report rewritten after every step:
 1. `cold`: first-ever load (empty cache): download + verify + check + speed check.
@@ -13,7 +13,7 @@ included; the profiled step times get_kernel alone, after a CUDA context), wheth
 (`cuda_started`), HTTP requests (huggingface_hub's client,
 which kernel-hub's requests go through too), and what was chosen and why (`__kernel_info__`).
 
-    python bench/loader_h200.py --repo acme/fused-mlp-loader --out OUT/loader.json   (HF_ENDPOINT, HF_TOKEN set)
+    python bench/bench_loader.py --repo acme/fused-mlp-loader --out OUT/loader.json   (HF_ENDPOINT, HF_TOKEN set)
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+REPO_ROOT = harness.REPO_ROOT
 
 CHILD = r"""
 import json, os, sys, time
@@ -120,10 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", required=True)
     parser.add_argument("--out", type=Path, required=True, help="JSON report (rewritten after every step)")
+    parser.add_argument("--csv", type=Path, default=None, help="append results here ($BENCH_CSV)")
     parser.add_argument("--bench-timeout", type=float, default=50)
     args = parser.parse_args(argv)
-    report: dict = {"repo": args.repo, "endpoint": os.environ.get("HF_ENDPOINT")}
-    work = Path(tempfile.mkdtemp(prefix="loader-h200-"))
+    report: dict = {
+        "environment": harness.environment(),
+        "repo": args.repo,
+        "endpoint": os.environ.get("HF_ENDPOINT"),
+    }
+    work = Path(tempfile.mkdtemp(prefix="bench-loader-"))
 
     def step(name: str, result: dict) -> dict:
         report[name] = result
@@ -135,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[loader] {name}: {json.dumps(brief)}", flush=True)
         return result
 
-    # Limits per step sum to < 150 s, run_h200.sh's limit for the whole stage.
+    # Limits per step sum to < 150 s, run_gpu.sh's limit for the whole stage.
     first = step("cold", child(args.repo, {"version": 1}, work / "cache", 30))
     step("warm", child(args.repo, {"version": 1}, work / "cache", 15))
     if first.get("commit"):
@@ -143,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     step("warm_profile", child(args.repo, {"version": 1}, work / "cache", 15, profile=True))
     step("bench", bench(args.repo, work / "speed.json", work / "bench-cache", args.bench_timeout))
     step("cold_after_bench", child(args.repo, {"version": 1}, work / "cache-2", 30))
+    rows = [
+        {"case": name, "impl": r.get("variant", ""), **r}
+        for name, r in report.items()
+        if name != "environment" and isinstance(r, dict)
+    ]
+    harness.append_csv("loader", rows, ("case",), ("get_kernel_s", "requests", "wall_s"), args.csv)
     return 0
 
 
