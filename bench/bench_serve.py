@@ -13,7 +13,7 @@ for a plain nginx file server. `wrk` (32 connections) downloads them from each s
 It prints req/s, MB/s, p50/p99 per setup and file size, and the ratios the goals name; the raw numbers go to
 `--out` (JSON). Needs nginx and wrk (`apt-get install -y nginx wrk`).
 
-    python bench/bench_serve.py --duration 10 --workers 4 --old-src /tmp/pre-11 --out bench/results/serve.json
+    python bench/bench_serve.py --duration 10 --workers 4 --old-src /tmp/pre-11 [--out serve.json]
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+REPO_ROOT = harness.REPO_ROOT
 
 from registry.commands.serve import ServeProcess
 from tests.servers import free_ports
@@ -109,18 +109,12 @@ def measure(
         )
 
 
-def save(args, results: dict, ratios: dict, **more_meta) -> None:
-    """The raw results with what they were measured on (date, machine, nginx, options, files) to `args.out`."""
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
-        **more_meta,
-        "nginx": subprocess.run(["nginx", "-v"], check=False, capture_output=True, text=True).stderr.strip(),
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "sizes": {k: {"bytes": s, "files": n} for k, (s, n) in SIZES.items()},
-    }
-    args.out.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios}, indent=2) + "\n")
+def save(bench: str, args, results: dict, ratios: dict, **more_meta) -> None:
+    """The results with what they were measured on (nginx, files, ratios) to the CSV and `args.out`."""
+    nginx = subprocess.run(["nginx", "-v"], check=False, capture_output=True, text=True).stderr.strip()
+    sizes = {k: {"bytes": s, "files": n} for k, (s, n) in SIZES.items()}
+    harness.save_hub_run(bench, args, results, ("req_s", "mb_s", "p50_ms", "p99_ms"), nginx=nginx,
+                         sizes=sizes, ratios=ratios, **more_meta)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--workers", type=int, default=4, help="hub workers of hub-N and nginx+hub-N")
     p.add_argument("--old-src", type=Path, help="a checkout from before #11, measured as old-hub-1")
-    p.add_argument("--out", type=Path, help="raw results (JSON)")
+    p.add_argument("--out", type=Path, help="this run's report (JSON)")
+    p.add_argument("--csv", type=Path, help="append results here ($BENCH_CSV)")
     args = p.parse_args(argv)
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
@@ -148,24 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return ServeProcess(data, *extra, cwd=src, env={**env, "PYTHONPATH": str(src)}).start()
 
     first = hub()
-    token = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "registry.cli",
-            "token",
-            "create",
-            "--user",
-            "bench",
-            "--data",
-            str(data),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout.strip()
+    token = harness.hub_token(data, "bench", env=env)
     publish(first.url, token, files)
     first.stop()
 
@@ -217,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ratios["large_mb_s_vs_old_hub"] = results[best]["2MiB"]["mb_s"] / results["old-hub-1"]["2MiB"]["mb_s"]
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
-    if args.out:
-        save(args, results, ratios)
+    save("serve", args, results, ratios)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -6,7 +6,7 @@ hub: a 7.5 MiB validate-yaml body, the largest accepted YAML front matter (250 K
 paths, 8 MiB of nested JSON, a 48 MiB inline commit, a half-sent request head, an endless chunked body.
 Measured without and with the attacker, for `serve` with 1 worker (the default) and with `--workers N`.
 
-    python bench/bench_stall.py --duration 20 --out bench/results/stall.json
+    python bench/bench_stall.py --duration 20 [--out stall.json]
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ import argparse
 import base64
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+REPO_ROOT = harness.REPO_ROOT
 
 import httpx2
 
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=20.0, help="seconds of small requests per phase")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", type=Path)
+    p.add_argument("--out", type=Path, help="this run's report (JSON)")
+    p.add_argument("--csv", type=Path, help="append results here ($BENCH_CSV)")
     args = p.parse_args(argv)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     results = {}
@@ -161,24 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             data, "--workers", str(workers), "--head-timeout", "5", cwd=REPO_ROOT, env=env
         ).start()
         try:
-            token = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "registry.cli",
-                    "token",
-                    "create",
-                    "--user",
-                    "stall",
-                    "--data",
-                    str(data),
-                    "-q",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                env=env,
-            ).stdout.strip()
+            token = harness.hub_token(data, "stall", env=env)
             from huggingface_hub import HfApi
 
             api = HfApi(endpoint=hub.url, token=token)
@@ -196,14 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             hub.stop()
             shutil.rmtree(data.parent, ignore_errors=True)
-    if args.out:
-        meta = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
-            "args": {k: str(v) for k, v in vars(args).items()},
-        }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    harness.save_hub_run("stall", args, results, ("p50_ms", "p99_ms", "max_ms"))
     return 0
 
 
