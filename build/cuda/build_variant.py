@@ -96,13 +96,8 @@ def restrict_plan(plan: CudaPlan, archs: tuple[str, ...] | None) -> CudaPlan:
 
 def torch_arch_list(plan: CudaPlan) -> str:
     """TORCH_CUDA_ARCH_LIST for the plan: sm_90a -> 9.0a, sm_120 with PTX -> 12.0+PTX."""
-    items = []
-    for arch in plan.archs:
-        digits = arch.removeprefix("sm_")
-        suffix = digits[-1] if digits[-1].isalpha() else ""
-        num = digits.rstrip(suffix) if suffix else digits
-        items.append(f"{num[:-1]}.{num[-1]}{suffix}" + ("+PTX" if arch in plan.ptx else ""))
-    return ";".join(items)
+    parse = embed_cubins.arch_notation().parse_arch
+    return ";".join(parse(arch).dotted(ptx=arch in plan.ptx) for arch in plan.archs)
 
 
 def torch_target_hex(version: str) -> str:

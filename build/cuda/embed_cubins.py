@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 # Arguments the C++ launcher passes to each kernel, in order (ptr = 8-byte device pointer, i32 = 4 bytes),
@@ -48,6 +49,8 @@ IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3, "tma": 4, "pers
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"
 BLOB = "cubins.bin"
+# The kernel package this recipe builds (setup.py builds the same one); its stdlib-only modules are read by file.
+PACKAGE = Path(__file__).resolve().parents[2] / "kernel_src" / "fused_mlp"
 
 
 class EmbedError(RuntimeError):
@@ -63,13 +66,23 @@ class EmbedSummary:
     note: str
 
 
-def load_paths(package_dir: Path):
-    """The package's `cuda/paths.py` as a module, loaded by file (no torch import)."""
-    path = Path(package_dir) / "cuda" / "paths.py"
-    spec = importlib.util.spec_from_file_location("fused_mlp_cuda_paths", path)
+def _load_file(path: Path, name: str):
+    """A stdlib-only module of the kernel package, loaded by file (importing the package would import torch)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_paths(package_dir: Path):
+    """The package's `cuda/paths.py` as a module, loaded by file (no torch import)."""
+    return _load_file(Path(package_dir) / "cuda" / "paths.py", "fused_mlp_cuda_paths")
+
+
+@cache
+def arch_notation():
+    """The kernel package's `arch.py` (sm_90a / 9.0a notation and rules): the one the recipe uses too."""
+    return _load_file(PACKAGE / "arch.py", "fused_mlp_arch")
 
 
 def wanted_kernels(paths, archs: list[str]) -> dict[str, list[list[str]]]:
@@ -164,7 +177,7 @@ def check_signature(kernel: str, kinds: str, sizes: list[int]) -> None:
 
 def _cc(arch: str) -> int:
     """ "sm_90a" -> 90: compute capability major*10+minor that the arch's SASS runs on."""
-    return int(arch.removeprefix("sm_").rstrip("af"))
+    return arch_notation().parse_arch(arch).number
 
 
 def path_rows(paths) -> list[tuple[int, int, int, int, int, int]]:

@@ -23,6 +23,7 @@ import torch
 
 from registry.atomic import locked, write_atomic
 from registry.errors import KernelHubError
+from registry.spec.arch import Arch
 
 from .gpu import current_gpu
 
@@ -248,7 +249,7 @@ def device_label(device: str) -> str:
     """The GPU name and arch, or "cpu": part of the cache key (a pass on one GPU says nothing of another)."""
     gpu = current_gpu() if device == "cuda" else None
     if gpu is not None:
-        return f"{gpu[0]} sm_{gpu[1]}{gpu[2]}"
+        return f"{gpu[0]} {Arch(gpu[1], gpu[2]).name}"
     return "cpu"
 
 

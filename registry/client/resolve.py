@@ -370,7 +370,7 @@ def current_env() -> Env:
         cxx11 = bool(torch.compiled_with_cxx11_abi())
         gpu = current_gpu()  # NVML when certain: no CUDA initialisation on a warm load
         if gpu is not None:
-            gpu_arch = f"sm_{gpu[1]}{gpu[2]}"
+            gpu_arch = Arch(gpu[1], gpu[2]).name
             driver = _driver_cuda_version()
     try:
         triton = importlib.metadata.version("triton")

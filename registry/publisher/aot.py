@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from registry.spec.arch import SM_PATTERN
+from registry.spec.arch import SM_PATTERN, parse_sm
 from registry.spec.build_matrix import VariantSpec
 
 from .errors import BuildError
@@ -95,7 +95,7 @@ def shipped_arch(cubin_dir: Path, requested: str, cuobjdump: Path | None) -> tup
     actual = parse_elf_arch(listing)
     if actual is None:
         raise BuildError(f"cuobjdump --list-elf {cubins[0]} names no single SASS arch:\n{listing}")
-    if actual.rstrip("af") != requested.rstrip("af"):
+    if not parse_sm(actual).same_cc(parse_sm(requested)):
         raise BuildError(f"cubins for {requested} hold SASS for {actual}: the AOT target is wrong")
     return actual, (
         None if actual == requested else f"{requested}: Triton emits {actual} SASS (runs only there)"

@@ -5,8 +5,8 @@ Two spellings name one compute capability: `sm_90a` (build archs, `build/matrix.
 (runs on exactly that cc), `f` = family-specific. The rules: SASS for `sm_XY` runs on X.Z with Z >= Y
 (same major), `sm_XYa` only on exactly X.Y; PTX for `sm_XY` is JIT-compiled for any cc >= X.Y.
 
-The kernel package (`kernel_src/fused_mlp/cuda/_library.py`) and the CUDA recipe (`build/cuda/`) keep
-their own few lines of this: they must run without kernel-hub installed (docs/ARCHITECTURE.md).
+The kernel package keeps its own copy, `kernel_src/fused_mlp/arch.py` (the CUDA recipe `build/cuda/` reads it):
+both run without kernel-hub installed (docs/ARCHITECTURE.md); tests/test_arch_notation.py checks they agree.
 """
 
 from __future__ import annotations

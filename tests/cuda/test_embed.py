@@ -106,7 +106,7 @@ def _expected_path_rows() -> list[tuple[int, ...]]:
     rows = []
     for captured, table in ((0, PATHS.PATHS), (1, PATHS.GRAPH_PATHS)):
         for arch, keys in table.items():
-            sm = 0 if arch == "default" else int(arch[3:].rstrip("a"))
+            sm = 0 if arch == "default" else embed_cubins.arch_notation().parse_arch(arch).number
             for key, choices in keys.items():
                 op, _, step = key.rpartition("/")
                 for bound, impl in choices:

@@ -1,13 +1,18 @@
-"""Config tables: row-bound lookup, arch naming, and that every table has a catch-all row."""
+"""Config tables: row-bound lookup, which archs launch with PDL, and that every table has a catch-all row."""
 
 import pytest
 from fused_mlp.triton import configs
 
 
-@pytest.mark.parametrize(("cap", "arch"), (((9, 0), "sm_90a"), ((8, 0), "sm_80"), ((8, 9), "sm_89"),
-                                           ((10, 0), "sm_100a"), ((12, 0), "sm_120"), (None, "interpreter")))  # fmt: skip
-def test_arch_of(cap, arch):
-    assert configs.arch_of(cap) == arch
+@pytest.mark.parametrize(("arch", "pdl"), (("sm_90a", True), ("sm_100a", True), ("sm_120", True), ("sm_103", True),
+                                           ("sm_80", False), ("sm_89", False), ("interpreter", False),
+                                           ("default", False)))  # fmt: skip
+def test_pdl_is_on_from_hopper(monkeypatch, arch, pdl):
+    """Programmatic dependent launch is a cc 9.0+ feature: Blackwell (sm_100a, sm_120) has it too. The old
+    check read the major from two characters (`int(arch[3:5]) >= 90`), so sm_100a was 10 and lost PDL."""
+    monkeypatch.setattr(configs, "PDL_ENABLED", True)
+    assert configs.uses_pdl(arch, 16) is pdl
+    assert configs.uses_pdl(arch, configs.PDL_MAX_ROWS + 1) is False
 
 
 def test_rows_pick_the_first_admitting_bound():

@@ -7,6 +7,7 @@ import fused_mlp.reference as ref
 import pytest
 import torch
 from fused_mlp._build_info import OPS_NAMESPACE
+from fused_mlp.arch import arch_of
 from fused_mlp.triton import backward, configs, forward, gemm, ops
 from kernel_numerics import TOL, as64, assert_close, grads, randn, rel_err
 
@@ -15,7 +16,7 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _arch() -> str | None:
-    return configs.arch_of(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+    return arch_of(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
 
 
 pytestmark = [

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .._build_info import OPS_NAMESPACE
+from ..arch import Arch, ptx_runs_on, sass_runs_on
 
 HERE = Path(__file__).parent
 EXTENSION = HERE / "_C.abi3.so"
@@ -33,19 +34,9 @@ def _torch_version() -> tuple[int, int]:
 
 
 def arch_runs(build_arch: str, ptx: bool, device_cc: tuple[int, int]) -> bool:
-    """Whether code built for `build_arch` ("sm_90a") runs on a device of compute capability `device_cc`.
-
-    SASS: exact cc, or a newer minor of the same major unless `a`-suffixed; PTX: any cc at least as new.
-    """
-    digits = build_arch.removeprefix("sm_")
-    specific = digits.endswith("a")
-    num = int(digits.rstrip("af"))
-    built = (num // 10, num % 10)
-    if ptx:
-        return device_cc >= built
-    if specific:
-        return device_cc == built
-    return device_cc[0] == built[0] and device_cc[1] >= built[1]
+    """Whether code built for `build_arch` ("sm_90a", as SASS or as PTX) runs on a device of compute
+    capability `device_cc` (the rules: fused_mlp.arch)."""
+    return (ptx_runs_on if ptx else sass_runs_on)(build_arch, device_cc)
 
 
 def _build_record() -> dict:
@@ -78,7 +69,7 @@ def availability() -> tuple[bool, str]:
     ):
         return (
             False,
-            f"built for {', '.join(archs)} (PTX {', '.join(ptx) or 'none'}); this GPU is sm_{cc[0]}{cc[1]}",
+            f"built for {', '.join(archs)} (PTX {', '.join(ptx) or 'none'}); this GPU is {Arch(*cc).name}",
         )
     try:
         load()

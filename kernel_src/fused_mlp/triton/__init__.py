@@ -20,7 +20,12 @@ def available() -> tuple[bool, str]:
         return True, ""
     if not torch.cuda.is_available():
         return False, "no CUDA device (set TRITON_INTERPRET=1 to run the kernels on the CPU interpreter)"
+    from .configs import MIN_CC
+
     major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        return False, f"GPU compute capability {major}.{minor} is below 8.0, which these kernels need"
+    if (major, minor) < MIN_CC:
+        return (
+            False,
+            f"GPU compute capability {major}.{minor} is below {MIN_CC[0]}.{MIN_CC[1]}, which these kernels need",
+        )
     return True, ""

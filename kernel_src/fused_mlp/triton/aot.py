@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import triton
 
-from .configs import arch_of
+from ..arch import arch_of
 from .specs import AotSpec, KernelDef, ast_source
 
 CUBIN_ROOT = Path(__file__).parent / "cubins"

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import triton
 
+from ..arch import is_arch, parse_arch
 from .configs import (
-    AOT_ARCHS,
     GATE_UP,
     LINEAR,
+    MIN_CC,
     PDL_PREFETCH,
     TMA_ROLES,
     alternatives,
@@ -162,6 +163,17 @@ def shipped_specs(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[Aot
     return list(dict.fromkeys(row.spec for row in shipped_rows(arch, dtypes)))
 
 
+def triton_target(arch: str) -> int:
+    """Triton's GPUTarget arch for a build arch (sm_90a -> 90, sm_100a -> 100); ValueError for one the kernels
+    cannot run on. The archs themselves come from the builder (build/matrix.toml), never from a list here."""
+    if not is_arch(arch) or parse_arch(arch).cc < MIN_CC:
+        raise ValueError(
+            f"no AOT target for arch {arch!r}: name a GPU arch sm_XY[a] of compute capability "
+            f"{MIN_CC[0]}.{MIN_CC[1]} or newer (the archs build/matrix.toml lists for the Triton variant)"
+        )
+    return parse_arch(arch).number
+
+
 def compile_spec(spec: AotSpec, arch: str, folder: Path) -> list[Path]:
     """Compile one spec for `arch` into `folder`; returns the .cubin and .json it wrote."""
     from triton.backends.compiler import GPUTarget
@@ -169,7 +181,7 @@ def compile_spec(spec: AotSpec, arch: str, folder: Path) -> list[Path]:
     kdef = kernel_defs()[spec.kernel]
     compiled = triton.compile(
         ast_source(kdef, spec),
-        target=GPUTarget("cuda", AOT_ARCHS[arch], 32),
+        target=GPUTarget("cuda", triton_target(arch), 32),
         options={
             "num_warps": spec.num_warps,
             "num_stages": spec.num_stages,
@@ -262,8 +274,7 @@ def compile_all(
     (default: all); `jobs` worker processes (default: all cores). Needs no GPU. Raises when `triton_version` is
     given and differs from the installed Triton (a cubin is only valid for the Triton that built it).
     """
-    if arch not in AOT_ARCHS:
-        raise ValueError(f"no AOT target for arch {arch!r}; choose one of {', '.join(AOT_ARCHS)}")
+    triton_target(arch)
     if triton_version is not None and triton_version != triton.__version__:
         raise RuntimeError(
             f"asked for cubins of Triton {triton_version} but Triton {triton.__version__} is installed; "

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from functools import cache
 
+from ..arch import at_least
+
 
 @dataclass(frozen=True)
 class GemmConfig:
@@ -116,6 +118,9 @@ ELEMENTWISE: dict[str, ElementwiseConfig] = {
     "interpreter": ElementwiseConfig(BLOCK=1024, num_warps=4),
 }
 
+# The oldest GPU the kernels run on (bf16 tensor-core MMA starts at 8.0).
+MIN_CC = (8, 0)
+
 # Programmatic dependent launch (sm_90+): a GEMM of at most this many rows starts while the previous
 # kernel drains (its grid fits one wave, so early-resident programs steal no slots from that kernel).
 PDL_MAX_ROWS = 1024
@@ -131,7 +136,7 @@ PDL_PREFETCH = False
 
 def uses_pdl(arch: str, rows: int) -> bool:
     """Whether GEMMs of `rows` rows on `arch` launch with programmatic dependent launch."""
-    return PDL_ENABLED and arch.startswith("sm_") and int(arch[3:5]) >= 90 and rows <= PDL_MAX_ROWS
+    return PDL_ENABLED and at_least(arch, (9, 0)) and rows <= PDL_MAX_ROWS
 
 
 # Forward GEMMs of the `linear` role with activation none or relu (every layer of a relu mlp, the gated down
@@ -196,19 +201,6 @@ def tma_config(
 def table_rows(tables: dict[str, Table], arch: str) -> Table:
     """The (bound, config) rows that `arch` uses."""
     return _table_for(tables, arch)
-
-
-# Archs that get AOT cubins (build/matrix.toml) and the Triton target each compiles for.
-AOT_ARCHS = {"sm_80": 80, "sm_89": 89, "sm_90a": 90, "sm_100a": 100, "sm_120": 120}
-
-
-def arch_of(capability: tuple[int, int] | None) -> str:
-    """Our arch name for a device capability (None = the CPU interpreter)."""
-    if capability is None:
-        return "interpreter"
-    major, minor = capability
-    suffix = "a" if (major, minor) in ((9, 0), (10, 0)) else ""
-    return f"sm_{major}{minor}{suffix}"
 
 
 def _table_for(tables: dict, arch: str):

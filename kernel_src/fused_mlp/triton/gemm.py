@@ -11,13 +11,13 @@ import os
 import torch
 import triton
 
+from ..arch import arch_of
 from .configs import (
     GATE_UP,
     LINEAR,
     PDL_PREFETCH,
     GemmConfig,
     TmaConfig,
-    arch_of,
     cdiv,
     gemm_config,
     tma_config,
