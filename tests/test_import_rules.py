@@ -111,6 +111,7 @@ RULES = {
     # leaves: importing them runs registry/__init__.py (which imports errors), nothing else
     "registry.errors": PARTS,
     "registry.atomic": PARTS,
+    "registry.constants": PARTS,
     "registry.client": ("registry.hub", "registry.publisher", "registry.matrix", "registry.commands"),
     "registry.publisher": ("registry.hub", "registry.client", "registry.matrix", "registry.commands"),
     "registry.matrix": ("registry.hub", "registry.publisher", "registry.commands"),

@@ -28,10 +28,11 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from httpx2 import HTTPError, TransportError
-from huggingface_hub import constants
+from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from registry import constants
 from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 from registry.spec.names import COMMIT, COMPAT_BRANCH, KERNEL_REPO_TYPE, versions
@@ -81,10 +82,9 @@ class Hub:
 
     @classmethod
     def from_env(cls, endpoint: str | None = None, token: str | None = None) -> Hub:
-        endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-        offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
-        cache = os.environ.get("KERNELS_CACHE") or os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
-        return cls(endpoint, token, offline, Path(cache))
+        endpoint = (endpoint or constants.hf_endpoint() or hf_constants.ENDPOINT).rstrip("/")
+        cache = constants.kernels_cache() or hf_constants.HF_HUB_CACHE
+        return cls(endpoint, token, constants.hf_hub_offline(), Path(cache))
 
     @property
     def offline(self) -> bool:

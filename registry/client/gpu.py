@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
+
+from registry import constants
 
 UNSURE = object()  # decide(): NVML cannot tell for certain; ask torch
 _NAME_LEN = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -55,7 +56,7 @@ def _from_nvml(torch_cuda_major: int):
     if read is None:
         return UNSURE
     driver_major, devices = read
-    return decide(devices, driver_major, torch_cuda_major, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return decide(devices, driver_major, torch_cuda_major, constants.cuda_visible_devices())
 
 
 def _read(nvml) -> tuple[int, list[tuple[str, str, int, int]]] | None:

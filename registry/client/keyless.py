@@ -12,7 +12,6 @@ Accepted workflows are signer URIs `https://github.com/<owner>/<repo>/.github/wo
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 from cryptography import x509
 from cryptography.hazmat import asn1
 
+from registry import constants
 from registry.errors import UsageError
 from registry.spec.signing import SignatureError
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 # sigstore (and the pydantic models under it) is imported where a bundle is checked, not at import: it took
 # most of a warm get_kernel's time, for the many variants without a bundle.
 
-IDENTITIES_ENV = "KERNEL_HUB_SIGSTORE_IDENTITIES"
-ROOT_ENV = "KERNEL_HUB_SIGSTORE_ROOT"
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 # kernels 0.17.2 `kernels.verify.DEFAULT_POLICIES` (tests/loader/test_keyless.py keeps the two equal).
 KERNELS_COMMUNITY = tuple(
@@ -118,8 +116,7 @@ def certificate_identity(cert: x509.Certificate) -> KeylessSigner:
 def identities(configured: Sequence[str] | None = None) -> tuple[WorkflowIdentity, ...]:
     """The accepted signers: `configured`, else `$KERNEL_HUB_SIGSTORE_IDENTITIES`, else kernels-community's."""
     if configured is None:
-        env = os.environ.get(IDENTITIES_ENV, "").split()
-        configured = env or KERNELS_COMMUNITY
+        configured = constants.sigstore_identities() or KERNELS_COMMUNITY
     if isinstance(configured, str):
         raise UsageError("sigstore identities must be a list of workflow URIs, not one string")
     found = tuple(WorkflowIdentity.parse(c) for c in configured)
@@ -133,7 +130,7 @@ def trusted_root(path: Path | str | None = None) -> TrustedRoot:
     from sigstore.errors import Error as SigstoreError
     from sigstore.models import ClientTrustConfig, TrustedRoot
 
-    path = path or os.environ.get(ROOT_ENV) or None
+    path = path or constants.sigstore_root()
     try:
         if path is not None:
             return TrustedRoot.from_file(str(path))
@@ -141,7 +138,7 @@ def trusted_root(path: Path | str | None = None) -> TrustedRoot:
     except (OSError, ValueError, SigstoreError) as e:
         where = f"{path}" if path else "sigstore-python's cache"
         raise SignatureError(
-            f"no usable sigstore trusted root ({where}: {e}); set {ROOT_ENV} to a trusted_root.json"
+            f"no usable sigstore trusted root ({where}: {e}); set {constants.SIGSTORE_ROOT} to a trusted_root.json"
         ) from e
 
 
@@ -199,7 +196,7 @@ def require_accepted(signer: KeylessSigner, accepted: Sequence[WorkflowIdentity]
         names = ", ".join(i.signer for i in accepted)
         raise SignatureError(
             f"metadata.json.sigstore is signed by workflow {signer.signer} (issuer {signer.issuer}), which is "
-            f"not an accepted identity ({names}): set {IDENTITIES_ENV} or pass sigstore_identities to "
+            f"not an accepted identity ({names}): set {constants.SIGSTORE_IDENTITIES} or pass sigstore_identities to "
             "accept that publisher"
         )
     return signer.accepted_as

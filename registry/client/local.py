@@ -9,18 +9,16 @@ need no publisher trust and no signature (as in kernels).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from registry import constants
 from registry.errors import KernelLoadError
 from registry.spec.variant import BUILD_DIR, METADATA
-
-LOCAL_KERNELS_ENV = "LOCAL_KERNELS"
 
 
 def local_override(repo_id: str) -> Path | None:
     """The folder `$LOCAL_KERNELS` maps `repo_id` to, else None; KernelLoadError for a malformed variable."""
-    value = os.environ.get(LOCAL_KERNELS_ENV)
+    value = constants.local_kernels()
     if not value:
         return None
     found = None
@@ -28,8 +26,8 @@ def local_override(repo_id: str) -> Path | None:
         repo, eq, path = entry.partition("=")
         if not eq or not repo or not path:
             raise KernelLoadError(
-                f"{LOCAL_KERNELS_ENV} entry {entry!r} is not repo_id=path (expected "
-                f"{LOCAL_KERNELS_ENV}=org/name=/path/to/dist:org/other=/path)"
+                f"{constants.LOCAL_KERNELS} entry {entry!r} is not repo_id=path (expected "
+                f"{constants.LOCAL_KERNELS}=org/name=/path/to/dist:org/other=/path)"
             )
         if repo == repo_id:
             found = Path(path).expanduser()
@@ -45,7 +43,7 @@ def local_variants(path: Path) -> dict[str, Path]:
     if (path / METADATA).is_file():
         return {path.name: path}
     raise KernelLoadError(
-        f"{LOCAL_KERNELS_ENV} points at {path}, which has no variant (no {BUILD_DIR}/<variant>/{METADATA}, "
+        f"{constants.LOCAL_KERNELS} points at {path}, which has no variant (no {BUILD_DIR}/<variant>/{METADATA}, "
         f"<variant>/{METADATA} or {METADATA}): point it at a dist written by `kernel-hub build`"
     )
 

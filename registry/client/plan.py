@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from registry import constants
 from registry.errors import KernelHubError, KernelLoadError
 from registry.spec.arch import parse_arch
 from registry.spec.digest import hash_variant
@@ -23,7 +24,7 @@ from registry.spec.variant import build_source, cubin_target
 
 from .check import CheckCache
 from .fetch import FetchError, Hub, commit_cached, resolve_commit, speed_records, variant_metadata
-from .local import LOCAL_KERNELS_ENV, local_metadata, local_override, local_variants
+from .local import local_metadata, local_override, local_variants
 from .lock import LockError, locked_commit
 from .resolve import Env, Resolution, cached_resolution, current_env, resolve_variant
 from .speed import SpeedCache
@@ -195,6 +196,6 @@ def _plan_local(
         speed_cache=SpeedCache(hub.cache),
         keys=None,
         info={"repo": repo_id, "version": None, "revision": None, "commit": commit, "local_path": str(path)},
-        publisher=f"local ({LOCAL_KERNELS_ENV})",
+        publisher=f"local ({constants.LOCAL_KERNELS})",
         local=variants,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from httpx2 import HTTPError
 from huggingface_hub.errors import HfHubHTTPError
 
+from registry import constants
 from registry.atomic import locked, write_atomic
 from registry.errors import KernelHubError
 from registry.spec.signing import SignatureError, key_id, public_key_b64, verify_metadata
@@ -30,7 +30,6 @@ from .fetch import Hub, HubUnreachable, namespace_url
 from .repo_keys import RepoKeyFiles
 from .rotation import follow_rotation, pin_rotation
 
-KEYS_ENV = "KERNEL_HUB_PUBLISHER_KEYS"
 PIN_SCHEMA = 1
 TrustRemoteCode = bool | list[str]
 
@@ -165,8 +164,8 @@ def publisher_trust(hub: Hub, repo_id: str, trust_remote_code: TrustRemoteCode, 
 def user_keys(publisher_keys: Sequence[str] | None) -> list[str] | None:
     """The keys the user gave (argument, else $KERNEL_HUB_PUBLISHER_KEYS) as base64 raw ed25519; None: none given."""
     items = list(publisher_keys) if publisher_keys is not None else None
-    if items is None and os.environ.get(KEYS_ENV):
-        items = [i for i in os.environ[KEYS_ENV].split(os.pathsep) if i.strip()]
+    if items is None:
+        items = constants.publisher_keys()
     if items is None:
         return None
     return [_key_text(item) for item in items]
@@ -296,7 +295,7 @@ def verify_keyless_signature(
     """
     from . import keyless  # cryptography.x509 and sigstore: only a variant with a bundle needs them
 
-    given = identities is not None or bool(os.environ.get(keyless.IDENTITIES_ENV, "").split())
+    given = identities is not None or bool(constants.sigstore_identities())
     accepted = keyless.identities(identities)
     signer = keyless.verify_bundle(meta_bytes, bundle_bytes, accepted, keyless.trusted_root())
     if signer.accepted_as is None:

@@ -6,10 +6,10 @@ A damaged cache file is fetched once more; a `$LOCAL_KERNELS` folder is the user
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from registry import constants
 from registry.spec.digest import mismatches
 from registry.spec.signing import SignatureError
 from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE
@@ -17,8 +17,6 @@ from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE
 from .fetch import FetchError, download_variant, drop_cached, refetch
 from .plan import Load, Refused
 from .trust import Untrusted, verify_keyless_signature, verify_signature
-
-ALLOW_UNSIGNED_ENV = "KERNEL_HUB_ALLOW_UNSIGNED"
 
 
 class Damaged(Refused):
@@ -38,10 +36,10 @@ def verify_variant(load: Load, path: Path, skipped: Sequence[str] = ()) -> dict:
     meta_bytes = (path / METADATA).read_bytes()
     sig_path, bundle_path = path / SIGNATURE, path / SIGSTORE
     if not sig_path.is_file() and not bundle_path.is_file():
-        if os.environ.get(ALLOW_UNSIGNED_ENV) != "1":
+        if not constants.allow_unsigned():
             raise Refused(
                 f"unsigned: build/{path.name} has no {SIGNATURE} or {SIGSTORE} (republish with `kernel-hub "
-                f"publish`, or set {ALLOW_UNSIGNED_ENV}=1 to accept unsigned builds)"
+                f"publish`, or set {constants.ALLOW_UNSIGNED}=1 to accept unsigned builds)"
             )
         keys = {"key_id": None, "keys": "unsigned (allowed)", "pin_file": None}
     elif not sig_path.is_file():

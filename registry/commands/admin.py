@@ -13,10 +13,10 @@ import argparse
 import base64
 import datetime
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from registry import constants
 from registry.errors import UsageError
 from registry.hub import validate
 from registry.hub.errors import HubError
@@ -42,11 +42,11 @@ INIT_HELP = "start a new hub in --data (or --db) if it holds none (default: refu
 def store_args(p: argparse.ArgumentParser, *, init: bool) -> None:
     """The options that say which hub store a command opens: `--data DIR`, or a fleet's `--db URL --blobs …`."""
     p.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)
-    p.add_argument("--db", metavar="URL", default=os.environ.get("KERNEL_HUB_DB"), help=DB_HELP)
+    p.add_argument("--db", metavar="URL", default=constants.hub_db(), help=DB_HELP)
     p.add_argument(
         "--blobs",
         metavar="DIR|s3://BUCKET/PREFIX",
-        default=os.environ.get("KERNEL_HUB_BLOBS"),
+        default=constants.hub_blobs(),
         help=BLOBS_HELP,
     )
     if init:

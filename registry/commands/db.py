@@ -7,8 +7,9 @@ working (migrations only add). The embedded SQLite database is also upgraded by 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+from registry import constants
 
 
 def register(subparsers) -> None:
@@ -17,7 +18,7 @@ def register(subparsers) -> None:
     )
     up = db.add_parser("upgrade", help="create or upgrade the schema to the newest revision")
     up.add_argument("--data", type=Path, help="data directory of the embedded SQLite database")
-    up.add_argument("--db", metavar="URL", default=os.environ.get("KERNEL_HUB_DB"), help="database URL")
+    up.add_argument("--db", metavar="URL", default=constants.hub_db(), help="database URL")
     up.set_defaults(func=_upgrade)
 
 

@@ -17,6 +17,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from registry import constants
+
 from .serve import ServeProcess
 
 REPO = "org/fused-mlp"
@@ -79,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     work = data / "demo"
     work.mkdir(parents=True, exist_ok=True)
     # The kernel cache of this demo, so a rerun shows the cached check and never mixes with the user's cache.
-    os.environ["KERNELS_CACHE"] = str(work / "cache")
-    os.environ.pop("HF_HUB_OFFLINE", None)
+    os.environ[constants.KERNELS_CACHE] = str(work / "cache")
+    os.environ.pop(constants.HF_HUB_OFFLINE, None)
 
     _step(f"hub: kernel-hub serve --data {data}")
     with embedded_hub(data, work / "serve.log") as url:

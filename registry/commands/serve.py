@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from registry import constants
 from registry.commands.admin import hub_exists, open_storage, store_args
 from registry.errors import KernelHubError
 
@@ -192,9 +193,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_serve)
 
 
-SERVE_ARGS_ENV = "KERNEL_HUB_SERVE_ARGS"  # how `serve` hands its options to every worker process
-
-
 def startup_lines(args: argparse.Namespace, new: bool, storage: Storage) -> list[str]:
     """What `serve` says before it listens: where, what it serves from, how it logs."""
     from registry.hub.storage import db
@@ -225,7 +223,8 @@ def _serve(args: argparse.Namespace) -> int:
     new = not hub_exists(args)
     storage = open_storage(args, create=True)
     storage.engine.dispose()
-    os.environ[SERVE_ARGS_ENV] = json.dumps(
+    # how `serve` hands its options to every worker process (spawned, not forked)
+    os.environ[constants.SERVE_ARGS] = json.dumps(
         {
             "data": str(args.data) if args.data else None,
             "db": args.db,
@@ -265,7 +264,7 @@ def app_from_env():
     from registry.hub.web import HubConfig
     from registry.matrix.files import MatrixSection
 
-    opts = json.loads(os.environ[SERVE_ARGS_ENV])
+    opts = json.loads(constants.serve_args())
     setup_logging()  # a spawned worker starts without the CLI's log setup
     logging.getLogger("registry").setLevel(opts["log_level"])
     logging.getLogger("registry.hub").setLevel(opts["hub_log_level"])

@@ -16,10 +16,10 @@ import os
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from registry import constants
+
 HEAD_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 64 * 1024
-# Worker processes are spawned, not forked: they read the head timeout `run` was given from here.
-HEAD_TIMEOUT_ENV = "KERNEL_HUB_HEAD_TIMEOUT_S"
 
 
 def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
@@ -35,7 +35,7 @@ def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus a deadline and a size limit for each request head."""
 
-    head_timeout_s = float(os.environ.get(HEAD_TIMEOUT_ENV, HEAD_TIMEOUT_S))
+    head_timeout_s = constants.head_timeout_s(HEAD_TIMEOUT_S)
     max_head_bytes = MAX_HEAD_BYTES
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -127,7 +127,8 @@ def run(
 ) -> None:
     """Serve the ASGI app factory `app` ("module:function") with `workers` processes (uvicorn's
     supervisor restarts a worker that dies)."""
-    os.environ[HEAD_TIMEOUT_ENV] = str(head_timeout_s)
+    # Worker processes are spawned, not forked: they read the head timeout from the environment.
+    os.environ[constants.HEAD_TIMEOUT_S] = str(head_timeout_s)
     GuardedHttpToolsProtocol.head_timeout_s = head_timeout_s
     uvicorn.run(
         app,

@@ -18,6 +18,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from registry import constants
 from registry.atomic import write_atomic
 from registry.errors import KernelHubError
 
@@ -76,7 +77,7 @@ def save_private_key(key: Ed25519PrivateKey, path: str | os.PathLike) -> None:
 
 def default_key_path(namespace: str) -> Path:
     """Where the publisher key for `namespace` lives: `$KERNEL_HUB_KEY`, else ~/.config/kernel-hub/keys/<ns>.pem."""
-    env = os.environ.get("KERNEL_HUB_KEY")
+    env = constants.signing_key()
     if env:
         return Path(env).expanduser()
     return Path.home() / ".config" / "kernel-hub" / "keys" / f"{namespace}.pem"

@@ -12,8 +12,7 @@ import pytest
 from hubs import HUB_KINDS, add_key_on_purpose, publish_fresh
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 
-from registry import KernelLoadError, get_kernel
-from registry.client import keyless
+from registry import KernelLoadError, constants, get_kernel
 from registry.publisher.publish import publish
 from tests.conftest import point_clients_at
 
@@ -88,7 +87,7 @@ def test_a_sigstore_bundle_that_signs_other_bytes_is_refused(published, monkeypa
     api.create_commit(
         repo, ops, commit_message="add bundles", repo_type="kernel", revision="v1", parent_commit=commit
     )
-    monkeypatch.setenv(keyless.ROOT_ENV, str(SIGSTORE_DATA / "trusted_root.json"))
+    monkeypatch.setenv(constants.SIGSTORE_ROOT, str(SIGSTORE_DATA / "trusted_root.json"))
     beacon = (
         "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/*"
     )

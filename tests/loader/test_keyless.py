@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from kernels.verify import DEFAULT_POLICIES
 
+from registry import constants
 from registry.client import keyless
 from registry.errors import UsageError
 from registry.spec.signing import SignatureError
@@ -54,7 +55,7 @@ def test_recorded_bundle_verifies_and_names_its_signer(root):
 
 
 def test_wrong_identity_is_refused(root, monkeypatch):
-    monkeypatch.delenv(keyless.IDENTITIES_ENV, raising=False)
+    monkeypatch.delenv(constants.SIGSTORE_IDENTITIES, raising=False)
     # A valid signature by a publisher the policy (kernels-community's workflows) does not name.
     signer = keyless.verify_bundle(
         (DATA / "a.txt").read_bytes(), (DATA / "a.txt.sigstore.json").read_bytes(), keyless.identities(), root
@@ -96,17 +97,17 @@ def test_not_a_bundle_is_refused(root):
 
 
 def test_trusted_root_sources(monkeypatch, tmp_path):
-    monkeypatch.setenv(keyless.ROOT_ENV, str(DATA / "trusted_root.json"))
+    monkeypatch.setenv(constants.SIGSTORE_ROOT, str(DATA / "trusted_root.json"))
     from_env = keyless.trusted_root()
     _verify((DATA / "a.txt").read_bytes(), "a.txt.sigstore.json", [BEACON], from_env)
     # Without one: sigstore-python's cached production root, read offline (its cache here is empty,
     # so it is the root embedded in the package).
-    monkeypatch.delenv(keyless.ROOT_ENV)
+    monkeypatch.delenv(constants.SIGSTORE_ROOT)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     _verify((DATA / "a.txt").read_bytes(), "a.txt.sigstore.json", [BEACON], keyless.trusted_root())
-    monkeypatch.setenv(keyless.ROOT_ENV, str(tmp_path / "missing.json"))
-    with pytest.raises(SignatureError, match=keyless.ROOT_ENV):
+    monkeypatch.setenv(constants.SIGSTORE_ROOT, str(tmp_path / "missing.json"))
+    with pytest.raises(SignatureError, match=constants.SIGSTORE_ROOT):
         keyless.trusted_root()
 
 
@@ -116,5 +117,5 @@ def test_identity_configuration_errors(monkeypatch):
             keyless.identities(bad)
     with pytest.raises(UsageError, match="list"):
         keyless.identities(BEACON)
-    monkeypatch.setenv(keyless.IDENTITIES_ENV, f"{BEACON} {RFC8785}")
+    monkeypatch.setenv(constants.SIGSTORE_IDENTITIES, f"{BEACON} {RFC8785}")
     assert [i.signer for i in keyless.identities()] == [BEACON, RFC8785]

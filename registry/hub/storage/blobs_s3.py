@@ -10,7 +10,6 @@ that stays invisible until complete. Reads are ranged GETs streamed in chunks.
 from __future__ import annotations
 
 import base64
-import os
 import re
 import tempfile
 import time
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Self
 
+from registry import constants
 from registry.errors import KernelHubError
 
 from .blobs import CHUNK, BlobMissing, BlobStat, BlobWriter, StagedBlob, release, stage
@@ -47,7 +47,7 @@ def _s3_client():
     import boto3
     from botocore.config import Config
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    endpoint = constants.aws_endpoint_url()
     config = Config(
         signature_version="s3v4",
         s3={"addressing_style": "path" if endpoint else "auto"},  # self-hosted stores rarely have bucket DNS
@@ -56,7 +56,7 @@ def _s3_client():
         read_timeout=60,
         max_pool_connections=64,
     )
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    region = constants.aws_region("us-east-1")
     return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config), endpoint
 
 

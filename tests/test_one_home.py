@@ -1,0 +1,61 @@
+"""One home per concept (issue 42): each is defined once and imported everywhere else, read from the source
+with `ast` as tests/test_import_rules.py reads imports; nothing is imported or run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = ROOT / "registry"
+
+
+def _registry_files() -> dict[str, ast.Module]:
+    return {
+        str(p.relative_to(ROOT)): ast.parse(p.read_text(), filename=str(p)) for p in REGISTRY.rglob("*.py")
+    }
+
+
+def _is_environ(node: ast.AST) -> bool:
+    """`os.environ` or a bare `environ`."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
+
+
+def _reads_one_variable(node: ast.AST) -> bool:
+    """getenv(...), environ.get(...), environ[...] or `in environ`; setting a variable for a child process, or
+    handing the whole environment on, is not a read."""
+    if isinstance(node, ast.Call):
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        return name == "getenv" or (name == "get" and isinstance(f, ast.Attribute) and _is_environ(f.value))
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.ctx, ast.Load) and _is_environ(node.value)
+    return isinstance(node, ast.Compare) and any(_is_environ(c) for c in node.comparators)
+
+
+def _env_reads(tree: ast.Module) -> list[int]:
+    return [node.lineno for node in ast.walk(tree) if _reads_one_variable(node)]
+
+
+def test_every_environment_variable_is_read_in_registry_constants():
+    found = {
+        f"{path}:{line}"
+        for path, tree in _registry_files().items()
+        if path != "registry/constants.py"
+        for line in _env_reads(tree)
+    }
+    assert not found, f"read the variable through registry/constants.py instead: {sorted(found)}"
+
+
+def test_the_environment_reader_sees_every_form_of_read():
+    reads = _env_reads(
+        ast.parse(
+            "import os\nfrom os import environ, getenv\n"
+            "a = os.environ.get('A')\nb = os.getenv('B')\nc = os.environ['C']\nd = 'D' in os.environ\n"
+            "e = environ.get('E')\nf = getenv('F')\nos.environ['G'] = '1'\nenv = dict(os.environ.items())\n"
+        )
+    )
+    assert sorted(reads) == [3, 4, 5, 6, 7, 8]  # not the write (9) nor the copy for a child (10)
