@@ -5,6 +5,8 @@ FusedMLP fits a module whose nn.Linear children (in registration order) form the
 activation module (nn.ReLU, nn.GELU, nn.SiLU) or a string attribute `activation`.
 GatedMLP fits modules with `gate_proj`, `up_proj`, `down_proj` (bias-free nn.Linear) and `act_fn`
 (or a string attribute `activation`), as in Llama/Gemma/Qwen MLP blocks.
+GPT2MLP fits transformers' GPT2MLP (Conv1D `c_fc`, `act`, Conv1D `c_proj`, `dropout`).
+All three can run under torch.compile (the ops are torch.library custom ops there) and have a backward.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def _module_activation(module: nn.Module, default: str) -> str:
 class FusedMLP(nn.Module):
     """Linear → act → … → Linear as one fused `mlp` call."""
 
+    can_torch_compile = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         linears = [m for m in self.modules() if isinstance(m, nn.Linear)]
         if not linears:
@@ -75,6 +79,8 @@ class FusedMLP(nn.Module):
 class GatedMLP(nn.Module):
     """down_proj(act(gate_proj(x)) * up_proj(x)) as one fused `gated_mlp` call."""
 
+    can_torch_compile = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         projs = (self.gate_proj, self.up_proj, self.down_proj)
         if any(p.bias is not None for p in projs):
@@ -88,3 +94,21 @@ class GatedMLP(nn.Module):
             self.down_proj.weight,
             _module_activation(self, "gelu_tanh"),
         )
+
+
+class GPT2MLP(nn.Module):
+    """dropout(c_proj(act(c_fc(x)))) of transformers' GPT2MLP as one fused `mlp` call.
+
+    Conv1D keeps its weight as [in, out] (x @ W + b) where the ops take [out, in]: each weight goes in as its
+    transpose, a view of the module's own parameter, which the op lays out row-major for its kernels on
+    every call (the speed check at the model's shapes includes that copy).
+    """
+
+    can_torch_compile = True
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        fc, proj = self.c_fc, self.c_proj
+        h = mlp(
+            hidden_states, [fc.weight.t(), proj.weight.t()], [fc.bias, proj.bias], activation_of(self.act)
+        )
+        return self.dropout(h)
