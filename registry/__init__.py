@@ -6,7 +6,7 @@ Layout (docs/ARCHITECTURE.md): `spec` (shared vocabulary), `publisher` (build, s
 
 from .errors import KernelHubError, KernelLoadError
 
-__all__ = ["KernelHubError", "KernelLoadError", "get_kernel"]
+__all__ = ["KernelHubError", "KernelLoadError", "get_kernel", "kernel_report", "mlp_kernel_mapping"]
 
 
 def __getattr__(name: str):
@@ -18,4 +18,8 @@ def __getattr__(name: str):
             from .client.loader import get_kernel
 
         return get_kernel
+    if name in ("kernel_report", "mlp_kernel_mapping"):  # our kernels in a transformers model
+        from .client import models
+
+        return getattr(models, name)
     raise AttributeError(f"module 'registry' has no attribute {name!r}")

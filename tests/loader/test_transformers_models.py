@@ -1,0 +1,194 @@
+"""transformers models (random weights from their configs) kernelized through the stock route: our hub's
+`fused-mlp` v1 mapped with `registry.client.models.mlp_kernel_mapping`, then `kernels.kernelize`. Every MLP
+block runs our layer from the package the hub served; logits and one training step's gradients match a
+float64 copy of the model as closely as the model's own forward does; `generate` gives the same tokens; the
+report times each replaced block and gives the slower ones their own forward back. CPU: tiny configs, Triton
+under the interpreter; `-m gpu`: real widths in bf16.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+from kernels import Mode, kernelize, use_kernel_mapping
+
+from registry import kernel_report, mlp_kernel_mapping
+from registry.client.models import replaced_modules
+from tests.conftest import point_clients_at
+from tests.kernels.kernel_numerics import TOL, rel_err
+
+TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+        "tie_word_embeddings": False}  # fmt: skip
+CONFIGS = {
+    "llama": lambda **kw: transformers.LlamaConfig(**{**TINY, **kw}),
+    "qwen2": lambda **kw: transformers.Qwen2Config(**{**TINY, **kw}),
+    "gemma2": lambda **kw: transformers.Gemma2Config(
+        **{**TINY, "head_dim": 16, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 32, **kw}
+    ),
+    "gpt2": lambda **kw: transformers.GPT2Config(
+        vocab_size=128,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        **kw,
+    ),
+}
+LAYER = {"llama": "GatedMLP", "qwen2": "GatedMLP", "gemma2": "GatedMLP", "gpt2": "GPT2MLP"}
+
+
+def build(kind: str, device: str, dtype: torch.dtype, **config) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = CONFIGS[kind](**config)
+    cfg._attn_implementation = "eager"
+    return transformers.AutoModelForCausalLM.from_config(cfg).to(device=device, dtype=dtype)
+
+
+@pytest.fixture
+def repo(hub, fused_mlp_v1, tmp_path, monkeypatch) -> str:
+    """The loader tests' fused-mlp v1 on the session's hub, clients pointed there."""
+    point_clients_at(monkeypatch, hub.url, tmp_path / "clients")
+    return fused_mlp_v1[0]
+
+
+def kernelized(model, repo: str, mode=Mode.INFERENCE):
+    with use_kernel_mapping(mlp_kernel_mapping(model, repo, version=1), inherit_mapping=False):
+        return kernelize(model, mode=mode)
+
+
+def assert_ours(model, kind: str) -> None:
+    """Every MLP block runs our layer, from the package the hub served."""
+    blocks = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
+    found = {id(m): layer for _, m, _, layer in replaced_modules(model)}
+    assert blocks and all(found.get(id(b)) == LAYER[kind] for b in blocks), (len(blocks), found)
+    for b in blocks:
+        assert b.forward.__func__.__module__.startswith("_fused_mlp_"), b.forward.__func__.__module__
+
+
+def logits_errors(kind: str, repo: str, device: str, dtype: torch.dtype, **config) -> tuple[float, float]:
+    """(eager's, ours) relative error of the logits against the float64 model."""
+    model = build(kind, device, dtype, **config).eval()
+    ref64 = copy.deepcopy(model).double()
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), device=device)
+    with torch.no_grad():
+        want, eager = ref64(ids).logits, model(ids).logits
+        kernelized(model, repo)
+        assert_ours(model, kind)
+        ours = model(ids).logits
+    return rel_err(eager, want), rel_err(ours, want)
+
+
+def grad_errors(
+    kind: str, repo: str, device: str, dtype: torch.dtype, **config
+) -> dict[str, tuple[float, float]]:
+    """Per parameter, (eager's, ours) relative error of one training step's gradient against float64."""
+    model = build(kind, device, dtype, **config).train()
+    ref64 = copy.deepcopy(model).double()
+    own = copy.deepcopy(model)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), device=device)
+    kernelized(model, repo, Mode.TRAINING)
+    assert_ours(model, kind)
+    for m in (model, ref64, own):
+        m(ids, labels=ids).loss.backward()
+    want = dict(ref64.named_parameters())
+    theirs = dict(own.named_parameters())
+    return {
+        n: (rel_err(theirs[n].grad, want[n].grad), rel_err(p.grad, want[n].grad))
+        for n, p in model.named_parameters()
+        if want[n].grad is not None and want[n].grad.norm() > 0
+    }
+
+
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_logits_match_the_float64_model(repo, kind):
+    eager, ours = logits_errors(kind, repo, "cpu", torch.float32)
+    assert ours <= max(TOL[torch.float32], 2 * eager), f"{kind}: ours {ours:.2e}, eager {eager:.2e}"
+
+
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_training_step_gradients_match(repo, kind):
+    errs = grad_errors(kind, repo, "cpu", torch.float32)
+    assert any("mlp" in n for n in errs), list(errs)
+    bad = {n: e for n, e in errs.items() if not e[1] <= max(TOL[torch.float32], 2 * e[0])}
+    assert not bad, f"{kind}: gradients off (eager, ours): {bad}"
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_generate_gives_the_same_tokens(repo, kind):
+    model = build(kind, "cpu", torch.float32).eval()
+    prompt = torch.randint(0, model.config.vocab_size, (1, 6))
+    kw = {"max_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
+    want = model.generate(prompt, **kw)
+    kernelized(model, repo)
+    got = model.generate(prompt, **kw)
+    assert got.shape == (1, 11) and torch.equal(got, want), (got, want)
+
+
+def test_report_gives_slower_blocks_their_own_forward(repo):
+    """Under the Triton interpreter our kernel is far slower than eager on a CPU: the report times each
+    block at the model's shapes, says so and puts the module's own forward back (one verdict per shape)."""
+    model = kernelized(build("llama", "cpu", torch.float32).eval(), repo)
+    report = kernel_report(model, rows=(1, 16))
+    (entry,) = report.modules
+    assert entry.names == ("model.layers.0.mlp", "model.layers.1.mlp"), entry.names
+    assert (entry.block, entry.layer, entry.widths, entry.dtype) == (
+        "LlamaMLP",
+        "GatedMLP",
+        (64, 96),
+        "float32",
+    )
+    assert entry.repo.startswith(repo + "@") and entry.variant.startswith("torch"), (
+        entry.repo,
+        entry.variant,
+    )
+    assert [r.rows for r in entry.rows] == [1, 16] and all(r.ratio > 1.25 for r in entry.rows), entry.rows
+    assert not entry.kept_kernel and "keeps its own forward: kernel slower at M=1" in str(report), str(report)
+    assert replaced_modules(model) == []  # both blocks run LlamaMLP.forward again
+    ids = torch.randint(0, 128, (1, 4))
+    with torch.no_grad():
+        model(ids)
+
+
+def test_report_without_restore_keeps_the_kernels(repo):
+    model = kernelized(build("gpt2", "cpu", torch.float32).eval(), repo)
+    report = kernel_report(model, rows=(1,), restore=False)
+    assert [m.layer for m in report.modules] == ["GPT2MLP"] and report.modules[0].kept_kernel
+    assert len(replaced_modules(model)) == 2
+
+
+def test_a_model_without_our_blocks_is_refused(repo):
+    with pytest.raises(ValueError, match="no MLP block our layers run"):
+        mlp_kernel_mapping(torch.nn.Sequential(torch.nn.Linear(4, 4)), repo, version=1)
+
+
+# Real widths, bf16, on the device: Llama-3.2-1B's block (H=2048, I=8192) in 4 of its 16 layers (each test
+# holds a float64 copy beside two bf16 ones), Gemma-2-2B's, GPT-2's.
+REAL = {
+    "llama": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 4,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000},
+    "gemma2": {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 4,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 32000},
+    "gpt2": {"n_embd": 768, "n_layer": 4, "n_head": 12, "vocab_size": 32000},
+}  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", list(REAL))
+def test_real_widths_on_the_gpu(repo, kind):
+    eager, ours = logits_errors(kind, repo, "cuda", torch.bfloat16, **REAL[kind])
+    assert ours <= max(TOL[torch.bfloat16], 1.5 * eager), f"{kind}: ours {ours:.2e}, eager {eager:.2e}"
+    errs = grad_errors(kind, repo, "cuda", torch.bfloat16, **REAL[kind])
+    bad = {n: e for n, e in errs.items() if not e[1] <= max(TOL[torch.bfloat16], 1.5 * e[0])}
+    assert not bad, f"{kind}: gradients off (eager, ours): {bad}"
+    model = kernelized(build(kind, "cuda", torch.bfloat16, **REAL[kind]).eval(), repo)
+    report = kernel_report(model)
+    assert report.modules and all(len(m.rows) == 4 for m in report.modules), str(report)
+    out = model.generate(torch.randint(0, 32000, (1, 8), device="cuda"), max_new_tokens=4, do_sample=False)
+    assert out.shape == (1, 12)
