@@ -1,7 +1,7 @@
 """A download's lookups cost as few database round trips as they can: `db.reading()` makes the read_tx inside
 it share one connection and one transaction, and a full commit id found once is not looked up again (commits
 never change and repo ids are never reused). On PostgreSQL each checkout is a ping and each transaction a
-COMMIT, so this is what a replica's uncached download costs (bench/RESULTS.md "Fleet")."""
+COMMIT, so this is what a replica's uncached download costs (bench/BENCHMARKS.md "The hub")."""
 
 from __future__ import annotations
 
