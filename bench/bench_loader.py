@@ -76,14 +76,8 @@ def child(repo: str, kwargs: dict, cache: Path, timeout: float, profile: bool = 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", CHILD],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        cmd = [sys.executable, "-c", CHILD]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     wall = round(time.perf_counter() - t0, 3)

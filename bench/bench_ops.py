@@ -86,7 +86,7 @@ def bench_case(
                 if not case.train:
                     with torch.no_grad():
                         row["rel_err"] = harness.rel_err(forward(), expected)
-                call = harness.as_call(a, forward, case.train)
+                call = harness.as_call(case, a, forward)
             timed.append((row, call, harness.graphed_or_none(call, repeat)))
             if name == "eager" and "eager_cuda_graph" not in skip:  # captured once by the user: replay = both
                 timed.append(

@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(1, str(REPO_ROOT))
+from registry.client.workloads import as_call, leaves  # noqa: F401  (the scripts call them from here)
 from registry.spec.presets import Case, Preset
 
 CSV_COLUMNS = ("timestamp", "gpu", "bench", "case", "impl", "metric", "value")
@@ -185,10 +186,6 @@ def inputs(
     return {"x": rnd(rows, p.hidden), "ws": ws, "bs": bs}
 
 
-def leaves(a: dict) -> list:
-    return [a["x"], *a["ws"], *a["bs"]]
-
-
 def eager(p: Preset, x, ws: list, bs: list):
     """The block in plain PyTorch: what a user writes without our kernel (float64 operands: the reference)."""
     if p.op == "gated_mlp":
@@ -259,20 +256,6 @@ def implementations(
     for label, kernel in kernels.items():
         impls[f"ours:{label}"] = lambda kernel=kernel: lambda: ours(p, kernel, x, ws, bs)
     return impls
-
-
-def as_call(a: dict, forward: Callable[[], object], train: bool) -> Callable[[], object]:
-    """One forward (inference, no grad) or one forward + backward (grads of every leaf, nothing accumulated)."""
-    if not train:
-
-        def infer():
-            with torch.no_grad():
-                return forward()
-
-        return infer
-    params = leaves(a)
-    upstream = torch.randn_like(forward())
-    return lambda: torch.autograd.grad(forward(), params, upstream)
 
 
 def reference64(p: Preset, a: dict):
@@ -430,19 +413,9 @@ def write_json(path: Path | None, report: dict) -> None:
 
 def hub_token(data: Path, user: str, *options: str, env: dict | None = None) -> str:
     """A token of a new user of the hub whose data folder is `data` (`kernel-hub token create ...options`)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "registry.cli",
-        "token",
-        "create",
-        "--user",
-        user,
-        *options,
-        "--data",
-        str(data),
-    ]
-    run = subprocess.run([*cmd, "-q"], cwd=REPO_ROOT, capture_output=True, text=True, check=True, env=env)
+    create = [sys.executable, "-m", "registry.cli", "token", "create", "--user", user]
+    cmd = [*create, *options, "--data", str(data), "-q"]
+    run = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=True, env=env)
     return run.stdout.strip()
 
 

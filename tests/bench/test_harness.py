@@ -41,14 +41,17 @@ def test_every_implementation_computes_the_block(p, kernel):
     impls = harness.implementations(p, a, {"cpu": kernel}, train=False, compile_modes=())
     assert ("cublaslt_epilogue" in impls) == (p.activation == "relu")  # gelu_tanh too, on CUDA
     for name, build in impls.items():
-        err = harness.rel_err(harness.as_call(a, build(), train=False)(), expected)
+        err = harness.rel_err(harness.as_call(Case(p, 5, "float32"), a, build())(), expected)
         assert err < 1e-5, f"{p.name} {name}: {err}"
 
 
 def test_training_call_gives_a_gradient_of_every_leaf(kernel):
     p = SMALL[2]
     a = harness.inputs(p, 5, torch.float32, train=True, device="cpu")
-    grads = harness.as_call(a, lambda: harness.ours(p, kernel, a["x"], a["ws"], a["bs"]), train=True)()
+    step = harness.as_call(
+        Case(p, 5, "float32", True), a, lambda: harness.ours(p, kernel, a["x"], a["ws"], a["bs"])
+    )
+    grads = step()
     assert len(grads) == 1 + 2 + 2 and all(torch.isfinite(g).all() for g in grads)
 
 

@@ -88,13 +88,9 @@ def run_child(mode: str, repo: str, env: dict, work: Path, name: str, check: str
         "BENCH_T0": repr(time.time()),
     }
     try:
+        cmd = [sys.executable, "-c", CHILD]
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD],
-            env=child_env,
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            check=False,
+            cmd, env=child_env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False
         )
     except subprocess.TimeoutExpired:
         return {"name": name, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
