@@ -24,6 +24,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+# Where the command line builds (the staged package, scratch, wheels): an ignored output folder, never build/,
+# which holds sources only.
+DEFAULT_OUT = REPO / "dist" / "cuda-recipe"
 sys.path.insert(0, str(HERE))
 import abi_check
 import embed_cubins
@@ -331,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "in <out>/stage, importable with PYTHONPATH=<out>/stage)",
     )
     parser.add_argument(
-        "--out", type=Path, default=REPO / "build" / "_work" / "cuda", help="scratch/wheel folder"
+        "--out", type=Path, default=DEFAULT_OUT, help=f"scratch/wheel folder (default {DEFAULT_OUT})"
     )
     parser.add_argument("--matrix", type=Path, default=REPO / "build" / "matrix.toml")
     parser.add_argument("--python", default=None, help="python with a CUDA 13 torch (default: .venv-cuda)")

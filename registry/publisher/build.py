@@ -377,7 +377,9 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
     triton_versions: list[str] = []
     if plan.kind == "cuda":
         log.info("[%s] compiling the CUDA extension for %s (takes minutes)", plan.name, ", ".join(cuda_archs))
-        scratch = ctx.matrix.path.resolve().parent / "_work" / "cuda"
+        scratch = (
+            ctx.scratch / "cuda"
+        )  # the build's own temporary folder: nothing is written beside the sources
         triton = params["cuda_triton"] is not None
         notes += build_cuda(
             recipe, vdir, ctx.package, ctx.matrix.data, scratch, cuda_archs, triton, opts, ctx.cubins

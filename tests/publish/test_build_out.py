@@ -1,8 +1,10 @@
 """`kernel-hub build --out` deletes nothing but an earlier build: not the sources, not tracked files, not a
-folder someone else wrote. Runs in a throw-away git checkout holding a copy of the sources."""
+folder someone else wrote; and a build writes nothing beside the sources (build/ holds sources only). Runs in
+a throw-away git checkout holding a copy of the sources."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -90,3 +92,78 @@ def test_build_api_refuses_too(checkout):
             source, checkout / "kernel_src", checkout / "build" / "matrix.toml", aot=False, only=["torch-cpu"]
         )
     assert (source / "__init__.py").is_file()
+
+
+# A CUDA recipe as the builder calls it (registry/publisher/cuda.py): it records where it was told to work.
+_RECIPE = """
+import json
+from pathlib import Path
+
+
+class CudaBuildUnavailable(Exception):
+    pass
+
+
+class CudaBuildError(Exception):
+    pass
+
+
+class TritonAot:
+    def __init__(self, **kwargs):
+        pass
+
+
+def cuda_unavailable_reason(python=None):
+    return None
+
+
+def build_cuda_variant(package_dir, out_dir, matrix, python, *, triton=None, archs=None):
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "scratch.txt").write_text("build files")
+    (Path(__file__).parent / "out_dir.txt").write_text(str(Path(out_dir).resolve()))
+    so = Path(package_dir) / "cuda" / "_C.abi3.so"
+    so.write_bytes(b"not a real extension")
+    (so.parent / "build.json").write_text(json.dumps({"archs": list(archs), "ptx": [], "checks": []}))
+    return so
+"""
+
+
+def test_the_cuda_build_writes_nothing_beside_the_sources(checkout):
+    """The builder gives the CUDA recipe a scratch folder of the build's own: build/ holds sources only."""
+    recipe = checkout / "build" / "cuda"
+    recipe.mkdir()
+    (recipe / "build_variant.py").write_text(_RECIPE)
+    before = _files(checkout)
+    cuda = "torch-stable-abi211-cu130-x86_64-linux"
+    argv = [sys.executable, "-m", "registry.cli", "build", "--source", "kernel_src/fused_mlp", "--out", "dist/k",
+            "--variant", cuda, "--no-aot", "--require-cuda"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out_dir = Path((recipe / "out_dir.txt").read_text())
+    assert not out_dir.is_relative_to(checkout) and not out_dir.exists()  # the build's temporary folder, gone
+    written = {f for f in _files(checkout) - before if not f.startswith("dist/k/")}
+    assert written == {"build/cuda/out_dir.txt"}, written
+    assert (checkout / "dist" / "k" / "build" / cuda / "fused_mlp" / "cuda" / "_C.abi3.so").is_file()
+
+
+def test_the_recipe_command_builds_into_an_ignored_output_folder():
+    """`python build/cuda/build_variant.py` writes under dist/ (git-ignored), not build/ or kernel_src/."""
+    spec = importlib.util.spec_from_file_location(
+        "recipe_under_test", ROOT / "build" / "cuda" / "build_variant.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    out = module.DEFAULT_OUT
+    assert not out.is_relative_to(ROOT / "build") and not out.is_relative_to(ROOT / "kernel_src")
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "-q", str(out / "stage" / "x.py")], check=False
+    )
+    assert ignored.returncode == 0, f"{out} is not git-ignored"
+    assert "_work" not in (ROOT / ".gitignore").read_text()
