@@ -5,10 +5,18 @@ with `ast` as tests/test_import_rules.py reads imports; nothing is imported or r
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "registry"
+# concept -> (how its definition reads in the source, the one file that may hold it)
+DEFINED_ONCE = {
+    "full commit id": (r"\{40\}", "registry/spec/names.py"),
+    "publisher key id": (r"hexdigest\(\)\[:16\]", "registry/spec/signing.py"),
+}
 
 
 def _registry_files() -> dict[str, ast.Module]:
@@ -59,3 +67,12 @@ def test_the_environment_reader_sees_every_form_of_read():
         )
     )
     assert sorted(reads) == [3, 4, 5, 6, 7, 8]  # not the write (9) nor the copy for a child (10)
+
+
+@pytest.mark.parametrize("concept", sorted(DEFINED_ONCE))
+def test_each_concept_is_defined_in_one_file(concept):
+    pattern, home = DEFINED_ONCE[concept]
+    found = sorted(
+        str(p.relative_to(ROOT)) for p in REGISTRY.rglob("*.py") if re.search(pattern, p.read_text())
+    )
+    assert found == [home], f"{concept}: defined in {found}; import it from {home} instead"

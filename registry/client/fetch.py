@@ -35,7 +35,7 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from registry import constants
 from registry.atomic import write_atomic
 from registry.errors import KernelHubError
-from registry.spec.names import COMMIT, COMPAT_BRANCH, KERNEL_REPO_TYPE, versions
+from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE, is_commit, versions
 from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE, metadata_path
 
 from .speed_records import SPEED_DIR
@@ -168,7 +168,7 @@ def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | 
         raise ValueError(
             "pass exactly one of version=<N> (the v<N> branch) or revision=<branch, tag or commit>"
         )
-    if revision is not None and COMMIT.fullmatch(revision):
+    if revision is not None and is_commit(revision):
         return revision
     ref = f"v{version}" if version is not None else revision
     if not hub.offline:

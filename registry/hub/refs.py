@@ -4,6 +4,8 @@ docs/HUB_PROTOCOL.md §2 and §5 (ref-update).
 
 from __future__ import annotations
 
+from registry.spec.names import is_commit
+
 from . import validate
 from .errors import HubError
 from .routing import route
@@ -76,7 +78,7 @@ def ref_update(call: Call):
     for label, value in (("old", old), ("new", new)):
         if value is None and label == "old":
             continue
-        if not isinstance(value, str) or not validate.HEX40.match(value):
+        if not isinstance(value, str) or not is_commit(value):
             raise HubError("BadRequest", f"{label} must be a full 40-hex commit id, got {value!r}")
     call.hub.store.update_ref(repo, kind, name, old, new)
     return ok({"ref": ref, "old": old, "new": new})

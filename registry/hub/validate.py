@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from registry.spec.names import KERNEL_REPO_TYPE, VERSION_LIKE, is_version_branch
+from registry.spec.names import KERNEL_REPO_TYPE, VERSION_LIKE, is_commit, is_version_branch
 
 from .errors import HubError
 
@@ -19,7 +19,6 @@ RESERVED_NAMESPACES = {"api", "kernels", "models", "datasets", "spaces", "static
 
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
 _REF = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX_PREFIX = re.compile(r"^[0-9a-f]{5,40}$")
 MAX_PATH_BYTES = 1024
 MAX_SEGMENT_BYTES = 255
@@ -68,7 +67,7 @@ def ref_name(value: str, kind: str = "branch") -> str:
         or "//" in value
         or ".." in value
         or "/." in value
-        or HEX40.match(value) is not None
+        or is_commit(value)
     )
     if bad:
         raise HubError(

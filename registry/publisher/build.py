@@ -30,6 +30,7 @@ from types import ModuleType
 from registry.spec import digest
 from registry.spec.arch import parse_sm
 from registry.spec.build_matrix import BuildMatrix, VariantSpec, read_matrix
+from registry.spec.names import is_commit
 from registry.spec.variant import ArchEntry, VariantMetadata
 
 from .aot import aot_decision, build_env, compile_cubins, installed_triton_version, run_python, selected_archs
@@ -207,7 +208,7 @@ def git_state(path: Path) -> tuple[str | None, bool]:
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None, False
-    return (commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None), bool(status.strip())
+    return (commit if is_commit(commit) else None), bool(status.strip())
 
 
 _API_SCRIPT = """

@@ -15,8 +15,13 @@ KERNEL_REPO_TYPE = "kernel"
 VERSION_BRANCH = re.compile(r"v(0|[1-9][0-9]*)")
 # A branch that looks like a version (`v` + digit) must be a canonical one.
 VERSION_LIKE = re.compile(r"v[0-9].*")
-COMMIT = re.compile(r"[0-9a-f]{40}")
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit id, as git and the HF API write it
 COMPAT_BRANCH = "compat"  # recorded real checks of the compatibility matrix live on this branch
+
+
+def is_commit(value: str) -> bool:
+    """True for a full 40-hex commit id (lowercase); False for an abbreviation, a branch, a trailing newline."""
+    return COMMIT.fullmatch(value) is not None
 
 
 def is_version_branch(name: str) -> bool:

@@ -32,7 +32,7 @@ def _check_endorsement(
     namespace: str, public: str, current: dict[str, str], endorsed_by: str | None, endorsement: str | None
 ) -> None:
     """Refuse (KeyNotAllowed) a further key of `namespace` unless a current key signed it in."""
-    kid = hashlib.sha256(base64.b64decode(public)).hexdigest()[:16]
+    kid = signing.key_id(public)
     listed = ", ".join(current)
     if endorsed_by is None or not isinstance(endorsement, str):
         raise HubError(
@@ -218,7 +218,7 @@ class Accounts:
                 f"(got {len(raw)} bytes after decoding)",
             )
         public = base64.b64encode(raw).decode()
-        key_id = hashlib.sha256(raw).hexdigest()[:16]
+        key_id = signing.key_id(public)
         try:
             with db.write_tx(self.engine) as c:
                 rows = c.execute(select(db.keys).where(db.keys.c.namespace == namespace)).all()

@@ -17,9 +17,11 @@ from threading import Lock
 from sqlalchemy import Engine, and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from registry.spec.names import is_commit
+
 from ..errors import HubError
 from ..manifest import FileEntry, Manifest, Op, apply_ops
-from ..validate import HEX40, HEX_PREFIX
+from ..validate import HEX_PREFIX
 from . import db
 from .rowcache import RowCache
 
@@ -410,7 +412,7 @@ def _ref_candidates(rev: str) -> list[tuple[str, str]]:
         return [("branch", rev[len("refs/heads/") :])]
     if rev.startswith("refs/tags/"):
         return [("tag", rev[len("refs/tags/") :])]
-    if HEX40.match(rev):
+    if is_commit(rev):
         return []
     return [("branch", rev), ("tag", rev)]
 
