@@ -116,7 +116,9 @@ def _publish(dist: Path, url: str, token: str, key: Path) -> None:
     from registry.publisher.publish import publish
 
     _step(f"publish {REPO} v1 to {url}")
-    result = publish(REPO, dist, 1, endpoint=url, token=token, key_path=key)
+    result = publish(
+        REPO, dist, 1, endpoint=url, token=token, key_path=key, update=True
+    )  # a rerun with new code
     state = "unchanged (same content as the current v1)" if result.unchanged else f"v1 -> {result.commit}"
     print(f"  {state}; signed by key {result.key_id}; variants: {', '.join(result.variants)}")
 

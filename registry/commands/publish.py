@@ -15,7 +15,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("repo", help="kernel repo id, e.g. org/fused-mlp")
     p.add_argument("dist", type=Path, help="dist directory written by `kernel-hub build`")
-    p.add_argument("--version", type=int, required=True, help="N: publishes branch vN")
+    p.add_argument("--version", type=int, required=True, help="N >= 1: publishes branch vN")
     p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
     p.add_argument("--token", help="write token (default: $HF_TOKEN or the saved token)")
     p.add_argument(
@@ -27,6 +27,11 @@ def register(subparsers) -> None:
         "--allow-dropping-variants",
         action="store_true",
         help="let vN lose variants its current head has (default: refused)",
+    )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="move an existing vN that holds another build to this one (same API; default: refused)",
     )
     p.add_argument("--private", action="store_true", help="create the repo as private if it does not exist")
     p.add_argument(
@@ -51,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         private=args.private,
         allow_dropping_variants=args.allow_dropping_variants,
         sigstore=args.sigstore,
+        update=args.update,
     )
     print(result.summary())
     return 0

@@ -399,12 +399,19 @@ def publish(
     private: bool = False,
     allow_dropping_variants: bool = False,
     sigstore: bool = False,
+    update: bool = False,
 ) -> PublishResult:
     """Publish the built `dist` as version `version` of `repo_id` (see the module docstring).
 
-    `sigstore=True` also signs keyless with the CI job's OIDC identity (publisher/keyless.py).
+    `sigstore=True` also signs keyless with the CI job's OIDC identity (publisher/keyless.py). An existing
+    `vN` that holds another build moves only with `update=True` (a compatible update: the API rule holds).
     """
     namespace, _ = check_repo_id(repo_id)
+    if version == 0:
+        raise PublishError(
+            "--version 0 is refused: versions are major API versions counted from 1 (what `kernels` users ask "
+            "for with version=1); publish it as --version 1"
+        )
     branch = version_branch(version)
     metas = read_dist(Path(dist))
     new_api = dist_api({v: m.api for v, m in metas.items()})
@@ -451,6 +458,12 @@ def publish(
         if head is not None and not tree_problems(expected, client.tree(repo_id, head)):
             commit = head  # vN already holds exactly this signed build: moving it would change nothing
         else:
+            if head is not None and not update:
+                raise PublishError(
+                    f"{branch} of {repo_id} already holds another build ({head[:12]}); nothing was moved: "
+                    f"pass --update to replace it (users of version={version} get the new build), or publish "
+                    f"it as --version {next_free_version(heads)}"
+                )
             remove_stale_publish_branches(client, repo_id, heads)
             log.info("uploading %d files of %s to %s", len(expected), dist, client.endpoint)
             commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)

@@ -55,6 +55,7 @@ def test_first_use_pins_the_key_and_a_new_key_is_refused(published, fused_mlp_v1
         endpoint=hub.url,
         token=token,
         key_path=add_key_on_purpose(hub, repo.split("/")[0], tmp_path / "new.pem"),
+        update=True,
     )
     with pytest.raises(KernelLoadError, match=f"is pinned to key\\(s\\) {first['trust']['key_id']}"):
         get_kernel(repo, version=1, fallback=None, **QUIET)
@@ -113,6 +114,7 @@ def test_a_lock_file_pins_the_commit(published, fused_mlp_v1, tmp_path):
         endpoint=hub.url,
         token=token,
         key_path=add_key_on_purpose(hub, repo.split("/")[0], tmp_path / "new.pem"),
+        update=True,
     )
     info = get_kernel(
         repo, version=1, lockfile=lock, publisher_keys=[key], fallback=None, **QUIET

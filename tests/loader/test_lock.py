@@ -74,6 +74,7 @@ def test_lock_matches_stock_kernels_lock_and_stock_kernels_loads_it(
         endpoint=hub.url,
         token=token,
         key_path=add_key_on_purpose(hub, repo.split("/")[0], tmp_path / "new.pem"),
+        update=True,
     )
     assert moved.commit != commit
 

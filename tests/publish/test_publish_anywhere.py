@@ -65,7 +65,7 @@ def test_plain_hub_version_ships_its_key_and_stock_kernels_loads_it(
     # A new key: the next publish of v1 ships that one instead (the old file is gone with the old tree).
     other = tmp_path / "other.pem"
     moved = publish.publish(
-        user["repo"], dist, 1, endpoint=plain_hub.url, token=user["token"], key_path=other
+        user["repo"], dist, 1, endpoint=plain_hub.url, token=user["token"], key_path=other, update=True
     )
     files = HfApi(endpoint=plain_hub.url).list_repo_files(
         user["repo"], repo_type="kernel", revision=moved.commit

@@ -64,11 +64,12 @@ def user(hub, tmp_path):
     }
 
 
-def cli(user, dist: Path, version: int, *extra: str) -> tuple[int, str, str]:
-    """`kernel-hub publish` in this process: (exit code, stdout, stderr)."""
+def cli(user, dist: Path, version: int, *extra: str, update: bool = True) -> tuple[int, str, str]:
+    """`kernel-hub publish` in this process: (exit code, stdout, stderr). `update`: pass --update, which
+    most of these tests need, as they move vN on purpose."""
     out, err = io.StringIO(), io.StringIO()
     argv = ["publish", user["repo"], str(dist), "--version", str(version), "--endpoint", user["url"],
-            "--token", user["token"], "--key", str(user["key"]), *extra]  # fmt: skip
+            "--token", user["token"], "--key", str(user["key"]), *(["--update"] if update else []), *extra]  # fmt: skip
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     return code, out.getvalue(), err.getvalue()
@@ -104,6 +105,28 @@ def test_unchanged_build_makes_no_commit_and_says_so(user, dists):
 
     code, out, err = cli(user, dists["same_api"], 1)
     assert code == 0 and f"(was {history[0][:12]})" in out and "registered" not in err
+
+
+def test_moving_a_version_to_another_build_needs_update(user, dists):
+    """Issue 43: `publish --version 1` of a different build moved v1 with exit 0; a release stays put unless
+    the publisher says --update, and --version 0 is refused."""
+    assert cli(user, dists["base"], 1, update=False)[0] == 0
+    v1 = _branches(user)["v1"]
+    code, out, err = cli(user, dists["same_api"], 1, update=False)
+    lines = err.strip().splitlines()
+    assert code == 1 and out == "", err
+    assert lines[-1] == (
+        f"kernel-hub publish: v1 of {user['repo']} already holds another build ({v1[:12]}); nothing was moved: "
+        "pass --update to replace it (users of version=1 get the new build), or publish it as --version 2"
+    )
+    assert _branches(user)["v1"] == v1 and not [x for x in _branches(user) if x.startswith("publish/")]
+    assert cli(user, dists["rebuilt"], 1, update=False)[0] == 0  # the same build again is no move
+    code, out, err = cli(user, dists["same_api"], 1)
+    assert code == 0 and f"(was {v1[:12]})" in out
+
+    code, out, err = cli(user, dists["base"], 0, update=False)
+    assert code == 1 and err.strip().splitlines()[-1].startswith("kernel-hub publish: --version 0 is refused")
+    assert "v0" not in _branches(user)
 
 
 def test_api_change_names_the_next_free_version(user, dists):
