@@ -1,4 +1,4 @@
-"""Build the `torch-stable-abi211-cu130-x86_64-linux` variant's CUDA extension on a machine without a GPU.
+"""Build the CUDA variant's extension (build/matrix.toml's `kind = "cuda"` variant) on a machine without a GPU.
 
 `build_cuda_variant(package_dir, out_dir, matrix, python)` compiles the Triton kernels that the package's
 path table (`fused_mlp/cuda/paths.py`) runs ahead of time and embeds their cubins (embed_cubins.py), compiles
@@ -31,7 +31,6 @@ sys.path.insert(0, str(HERE))
 import abi_check
 import embed_cubins
 
-VARIANT = "torch-stable-abi211-cu130-x86_64-linux"
 SO_IN_WHEEL = "fused_mlp/cuda/_C.abi3.so"
 # Shared libraries the wheel must not carry: torch has loaded them when the extension is opened.
 REPAIR_EXCLUDES = ("libtorch*.so", "libc10*.so", "libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13")
@@ -43,6 +42,18 @@ class CudaBuildUnavailable(RuntimeError):
 
 class CudaBuildError(RuntimeError):
     """The build ran but failed, or its result broke an ABI/arch rule."""
+
+
+def cuda_variant_name(matrix: dict) -> str:
+    """The name of the matrix's one `kind = "cuda"` variant, the one this recipe builds."""
+    names = [name for name, spec in matrix.get("variants", {}).items() if spec.get("kind") == "cuda"]
+    if len(names) != 1:
+        raise CudaBuildError(f'build/matrix.toml must list one variant of kind "cuda"; it lists {names}')
+    return names[0]
+
+
+# The variant this recipe builds, as build/matrix.toml (beside this folder) names it: the one definition.
+VARIANT = cuda_variant_name(tomllib.loads((HERE.parent / "matrix.toml").read_text()))
 
 
 @dataclass(frozen=True)

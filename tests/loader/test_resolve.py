@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from variant_names import CUDA_VARIANT
 
 from registry.client.resolve import NO_CUDA_DEVICE, Env, reference_sources, resolve_variant
 from registry.spec.arch import parse_arch, ptx_runs_on, sass_runs_on
 
-STABLE = "torch-stable-abi211-cu130-x86_64-linux"
+STABLE = CUDA_VARIANT
 
 
 def archs(*entries: str) -> list[dict]:

@@ -5,8 +5,9 @@ Hand-built variant metadata (what `kernel-hub build` writes, reduced to the keys
 from __future__ import annotations
 
 import pytest
+from variant_names import CUDA_VARIANT
 
-STABLE = "torch-stable-abi211-cu130-x86_64-linux"
+STABLE = CUDA_VARIANT
 
 
 def archs(*entries: str) -> list[dict]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from matrix_fixtures import fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
+from matrix_fixtures import STABLE, fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
 
 from registry.matrix.cells import FAILED, FALLBACK_STATUS, STATIC, VERIFIED, build_matrix, cell_for
 from registry.matrix.config import MatrixEnv, load_config
 
 COMMIT = "c" * 40
-STABLE = "torch-stable-abi211-cu130-x86_64-linux"
 
 
 def env(

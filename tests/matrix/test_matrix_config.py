@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from variant_names import CUDA_VARIANT
 
 from registry.matrix.config import AXES, MatrixConfigError, load_config, parse_config
 from registry.matrix.plan import build_jobs, compat_jobs, torch_cuda_arch_list
@@ -28,7 +29,7 @@ def test_keys_other_parts_read_are_kept():
     assert MATRIX["kernel"]["name"] == "fused-mlp"
     for spec in MATRIX["variants"].values():
         assert {"kind", "backend", "archs"} <= set(spec)
-    cuda = MATRIX["variants"]["torch-stable-abi211-cu130-x86_64-linux"]
+    cuda = MATRIX["variants"][CUDA_VARIANT]
     assert {"ptx", "torch_target", "cuda", "torch_build"} <= set(cuda)
     assert MATRIX["variants"]["torch-cuda"]["triton"]
 
@@ -78,7 +79,7 @@ def test_missing_matrix_file_names_the_flag(tmp_path):
 def test_build_jobs_cover_every_variant_with_the_arch_list_in_torch_syntax():
     jobs = {j["variant"]: j for j in build_jobs(MATRIX)}
     assert set(jobs) == set(MATRIX["variants"])
-    cuda = jobs["torch-stable-abi211-cu130-x86_64-linux"]
+    cuda = jobs[CUDA_VARIANT]
     assert cuda["torch_cuda_arch_list"] == "8.0 8.9 9.0a 10.0a 12.0+PTX"
     assert cuda["cpu"] == "x86_64" and cuda["runner"] == "ubuntu-24.04"
     assert jobs["torch-cuda"]["archs"] == "sm_80 sm_89 sm_90a sm_100a sm_120"

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from matrix_fixtures import fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
+from matrix_fixtures import STABLE, fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
-STABLE = "torch-stable-abi211-cu130-x86_64-linux"
 USER = "mxuser"
 
 

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from variant_names import CUDA_VARIANT
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
@@ -37,7 +38,7 @@ def page_repo(hub, tmp_path_factory):
     from registry.matrix.records import CheckRecord
     from registry.matrix.store import write_record
 
-    stable = "torch-stable-abi211-cu130-x86_64-linux"
+    stable = CUDA_VARIANT
 
     def arch(*names, ptx=()):
         return [{"arch": a, "sass": a not in ptx or a == "sm_120", "ptx": a in ptx} for a in names]
@@ -95,7 +96,7 @@ def test_kernel_page_embeds_the_matrix_of_the_newest_version_and_version_pages_t
     repo, commits = page_repo
     html = urllib.request.urlopen(f"{hub.url}/kernels/{repo}", timeout=10).read().decode()
     assert html.count('<section class="kh-matrix"') == 1 and 'id="matrix-v2"' in html
-    assert "✓ torch-stable-abi211-cu130-x86_64-linux (SASS sm_90a)" in html
+    assert f"✓ {CUDA_VARIANT} (SASS sm_90a)" in html
     assert "the variant <code>get_kernel</code> picks" in html  # the legend's markdown, rendered
     assert commits[2][:12] in html and commits[1][:12] in html and f"/kernels/{repo}/tree/v1" in html
     v1 = urllib.request.urlopen(f"{hub.url}/kernels/{repo}/tree/v1", timeout=10).read().decode()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 
-from matrix_fixtures import fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
+from matrix_fixtures import STABLE, fixture_full_version, fixture_make_record, fixture_no_sm80_version  # noqa: F401 (fixtures)
 
 from registry.matrix.cells import build_matrix
 from registry.matrix.config import load_config
 from registry.matrix.render import render_html, render_html_page, render_json, render_markdown, table
 
 COMMIT = "e" * 40
-STABLE = "torch-stable-abi211-cu130-x86_64-linux"
 
 
 def matrix(variants, records=()):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from variant_names import CUDA_VARIANT
 
 from registry.publisher import build as b
 from registry.publisher.out_dir import MARKER
@@ -134,7 +135,7 @@ def test_the_cuda_build_writes_nothing_beside_the_sources(checkout):
     recipe.mkdir()
     (recipe / "build_variant.py").write_text(_RECIPE)
     before = _files(checkout)
-    cuda = "torch-stable-abi211-cu130-x86_64-linux"
+    cuda = CUDA_VARIANT
     argv = [sys.executable, "-m", "registry.cli", "build", "--source", "kernel_src/fused_mlp", "--out", "dist/k",
             "--variant", cuda, "--no-aot", "--require-cuda"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

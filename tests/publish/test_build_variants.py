@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kernels._rust import Digest, DigestAlgorithm, Metadata
+from variant_names import CUDA_VARIANT
 
 from registry.publisher import aot
 from registry.publisher import build as b
@@ -24,7 +25,7 @@ def test_plan_has_matrix_variants_and_cpu_noarch():
     plans = {p.name: p for p in b.plan_variants(read_matrix(MATRIX))}
     assert plans["torch-cuda"].kind == "triton" and plans["torch-cuda"].backend == "cuda"
     assert "sm_90a" in plans["torch-cuda"].archs and plans["torch-cuda"].triton
-    assert plans["torch-stable-abi211-cu130-x86_64-linux"].kind == "cuda"
+    assert plans[CUDA_VARIANT].kind == "cuda"
     assert plans["torch-cpu"].backend == plans["torch-universal"].backend == "cpu"
 
 
@@ -88,7 +89,7 @@ def test_parse_elf_arch():
 def test_backend_archs_for_triton_allow_jit_floor():
     plan = VariantSpec("torch-cuda", "triton", "cuda", archs=("sm_90a",), triton=("3.6.0",))
     assert b.backend_archs(plan, ["sm_90a"]) == ["9.0a", "8.0+PTX"]
-    cuda = VariantSpec("torch-stable-abi211-cu130-x86_64-linux", "cuda", "cuda", ptx=("sm_120",))
+    cuda = VariantSpec(CUDA_VARIANT, "cuda", "cuda", ptx=("sm_120",))
     assert b.backend_archs(cuda, ["sm_80", "sm_120"]) == ["8.0", "12.0+PTX"]
 
 
@@ -259,7 +260,7 @@ def test_cli_skips_the_cuda_variant_with_the_reason_or_fails_when_required(sourc
     matrix = tmp_path / "build" / "matrix.toml"
     matrix.parent.mkdir()
     shutil.copyfile(MATRIX, matrix)
-    cuda = "torch-stable-abi211-cu130-x86_64-linux"
+    cuda = CUDA_VARIANT
     base = [sys.executable, "-m", "registry.cli", "build", "--source", str(source), "--matrix", str(matrix),
             "--variant", cuda, "--variant", "torch-cpu"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
