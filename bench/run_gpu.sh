@@ -50,7 +50,7 @@ start_hub_and_publish() {  # sets URL, HF_ENDPOINT, HF_TOKEN
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   URL="http://127.0.0.1:$port"
-  hub serve --host 127.0.0.1 --port "$port" --data "$WORK/hub" > "$WORK/hub.log" 2>&1 &
+  python3 -m registry.cli serve --host 127.0.0.1 --port "$port" --data "$WORK/hub" > "$WORK/hub.log" 2>&1 &
   HUB_PID=$!
   trap 'kill $HUB_PID 2>/dev/null' EXIT
   python3 -c 'import sys, time, urllib.request as u
