@@ -1,4 +1,7 @@
-"""The fused-MLP kernel's standard workloads: one list for `kernel-hub bench`, the loader's speed check and bench/.
+"""The fused-MLP kernel's standard workloads: one list for `kernel-hub bench` and the loader's speed check.
+
+bench/ times the real-model presets of `registry.spec.presets` (this module's two shapes among them) and
+uses `as_call` and `leaves` from here.
 
 Shapes of a transformer MLP block: a 3-layer `mlp` of Linear(1024)+ReLU, a GeGLU-tanh `gated_mlp` (H=768,
 I=3072) and its `act_and_mul` [M, 3072], at decode (M=16) to prefill (M=8192) row counts, forward and
