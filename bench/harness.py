@@ -265,9 +265,10 @@ def reference64(p: Preset, a: dict):
 
 
 def floor_us(case: Case, elem: int) -> float:
-    """max(FLOPs / peak FLOP/s, bytes that must move / copy bandwidth) of this GPU, in µs."""
+    """max(FLOPs / peak FLOP/s, bytes that must move / copy bandwidth) of this GPU, in µs. Bytes: the weights
+    once (training: read twice and their gradients written) and the block's input and output per pass."""
     p, f = case.preset, 3 if case.train else 1
-    nbytes = p.weight_bytes(elem) * (2 if case.train else 1) + f * 2 * case.rows * p.hidden * elem
+    nbytes = f * (p.weight_bytes(elem) + 2 * case.rows * p.hidden * elem)
     peak_flops, peak_bytes = peaks()
     return max(p.flops(case.rows, case.train) / peak_flops, nbytes / peak_bytes) * 1e6
 
