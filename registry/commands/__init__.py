@@ -19,6 +19,7 @@ _MODULES: list[str] = [
     "matrix",
     "bench",
     "variants",
+    "releases",
     "demo",
     "lock",
 ]
