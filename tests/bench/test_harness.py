@@ -55,12 +55,15 @@ def test_training_call_gives_a_gradient_of_every_leaf(kernel):
     assert len(grads) == 1 + 2 + 2 and all(torch.isfinite(g).all() for g in grads)
 
 
-def test_floor_counts_weights_once_and_rows_per_pass(monkeypatch):
+def test_floor_is_the_slower_of_bytes_and_flops(monkeypatch):
     monkeypatch.setattr(harness, "peaks", lambda gpu=None: (1e12, 1e12))
     p = Preset("t", "gated_mlp", (1000, 4000), "silu")
-    assert harness.floor_us(Case(p, 1, "bfloat16"), 2) == pytest.approx(
-        (3 * 4000 * 1000 * 2 + 2 * 1000 * 2) / 1e6
-    )
+    weights, rows = 3 * 4000 * 1000 * 2, 2 * 1000 * 2  # bf16 bytes: weights, one row in and out
+    assert harness.floor_us(Case(p, 1, "bfloat16"), 2) == pytest.approx((weights + rows) / 1e6)
+    # training: weights read twice and their gradients written; bandwidth-bound at one row
+    assert harness.floor_us(Case(p, 1, "bfloat16", True), 2) == pytest.approx(3 * (weights + rows) / 1e6)
+    # compute-bound at 8192 rows
+    assert harness.floor_us(Case(p, 8192, "bfloat16"), 2) == pytest.approx(p.flops(8192) / 1e6)
 
 
 def test_csv_appends_one_line_per_number(tmp_path, monkeypatch):
