@@ -23,7 +23,7 @@ def register(key_actions) -> None:
         description="Print the publisher key as PEM (or write it with --output, mode 0600). Keep it secret: "
         "store it as a CI secret and `kernel-hub key import NAMESPACE -` it there.",
     )
-    k.add_argument("namespace")
+    k.add_argument("namespace", help="the namespace (org) whose publisher key it is")
     k.add_argument("--key", type=Path, help=KEY_HELP)
     k.add_argument("-o", "--output", type=Path, help="write it to this file instead of stdout")
     k.set_defaults(func=_export)
@@ -34,7 +34,7 @@ def register(key_actions) -> None:
         description="Install the team's publisher key where `publish` looks for it. A different key already "
         "there is refused unless --force.",
     )
-    k.add_argument("namespace")
+    k.add_argument("namespace", help="the namespace (org) whose publisher key it is")
     k.add_argument("file", help="the PEM `key export` wrote, or - to read it from stdin")
     k.add_argument("--key", type=Path, help="install it here instead (default: where `publish` looks)")
     k.add_argument("--force", action="store_true", help="replace a different key already there")
@@ -47,7 +47,7 @@ def register(key_actions) -> None:
         "Without --new-key a fresh key replaces the current key file, the old one kept as "
         "<file>.retired-<id>.",
     )
-    k.add_argument("namespace")
+    k.add_argument("namespace", help="the namespace (org) whose publisher key it is")
     k.add_argument("--key", type=Path, help="the current key: " + KEY_HELP)
     k.add_argument("--new-key", type=Path, help="endorse this key file instead (created when missing)")
     k.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT)")
