@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "--train-rows", default=",".join(map(str, presets.TRAIN_ROWS)), help="fwd+bwd M ('' none)"
     )
     parser.add_argument("--dtypes", default="bf16", help="comma list of bf16, fp16")
-    parser.add_argument("--max-autotune", default="", help="cases (labels' prefixes, comma list) to also time "
+    parser.add_argument("--max-autotune", default="", help="cases (label prefixes, comma list) to also time "
                         "with torch.compile max-autotune: it autotunes every GEMM shape for minutes")  # fmt: skip
     parser.add_argument(
         "--skip", default="", help="comma list of implementations to leave out (e.g. compile)"
@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         harness.write_json(args.json, report)
         harness.append_csv("ops", rows, ("case",), ("wall_us", "gpu_us", "rel_err"), args.csv)
     # max-autotune last: it takes the longest, and every other row is recorded before it starts.
-    slow = [c for c in cases if any(c.label.startswith(s) for s in args.max_autotune.split(",") if s)]
+    wanted = [s for s in args.max_autotune.split(",") if s]  # "llama-3-8b M=1" is not also M=16
+    slow = [c for c in cases if any(c.label == s or c.label.startswith(s + " ") for s in wanted)]
     for case in slow:
         rows = bench_case(case, {}, ("max-autotune",), skip | {"eager", "eager_cuda_graph", "cublaslt_epilogue", "liger"},
                           args.rounds)  # fmt: skip

@@ -13,7 +13,8 @@
 # prefixes also compiled with max-autotune), model (bench_model.py, MODEL_ROWS), loader (bench_loader.py: get_kernel
 # cold/warm/pinned and `kernel-hub bench`, on a repo of its own since its speed record reorders the variants), ab
 # (candidate builds AB_DISTS against DIST: their tests/cuda, then the path table of AB_STEPS, AB_ROUNDS rounds).
-# Each stage has a time limit (T_<STAGE>, seconds) and writes its JSON as it goes, so the summary always prints.
+# Each stage has a time limit (T_<STAGE>, seconds) and writes its JSON as it goes, so the summary always prints;
+# the whole preset suite takes several runs of the ops stage (OPS_PRESETS, a few presets each).
 # Env: OUT (default ./bench-out: each stage's JSON and log, summary.md); BENCH_CSV (where every number is also
 # appended; default bench/benchmark_data.csv); QUICK=1 (no torch.compile, fewer rows: a first look in ~2 min);
 # HUB=0 (import the variant dirs of DIST directly instead of publishing to a hub).
@@ -23,8 +24,8 @@ DIST="$(cd "${1:?usage: bench/run_gpu.sh DIST [WHEELS_DIR]}" && pwd)"
 WHEELS="${2:-}"
 OUT="${OUT:-$PWD/bench-out}" QUICK="${QUICK:-0}" STAGES="${STAGES:-tests check host ops model loader}"
 T_TESTS="${T_TESTS:-120}" T_CHECK="${T_CHECK:-40}" T_HOST="${T_HOST:-40}" T_PATHS="${T_PATHS:-150}"
-T_OPS="${T_OPS:-110}" T_MODEL="${T_MODEL:-230}" T_LOADER="${T_LOADER:-100}"
-OPS_PRESETS="${OPS_PRESETS:-llama-3-8b,geglu-768-3072,mlp-3x1024}" OPS_ROWS="${OPS_ROWS:-1,16,512,4096}"
+T_OPS="${T_OPS:-200}" T_MODEL="${T_MODEL:-230}" T_LOADER="${T_LOADER:-100}"
+OPS_PRESETS="${OPS_PRESETS:-llama-3-8b,geglu-768-3072,mlp-3x1024}" OPS_ROWS="${OPS_ROWS:-1,16,4096}"
 OPS_TRAIN_ROWS="${OPS_TRAIN_ROWS:-4096}" OPS_DTYPES="${OPS_DTYPES:-bf16}" MODEL_ROWS="${MODEL_ROWS:-16,1024}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/driver.log") 2>&1
