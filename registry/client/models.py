@@ -127,15 +127,20 @@ class ModuleReport:
     dtype: str
     device: str
     rows: tuple[RowSpeed, ...]
-    kept_kernel: bool
+    pays: bool  # not slower than the module's own forward (beyond the speed check's margin) at any row count
+    restored: bool  # the modules run their own forward again
 
     def verdict(self) -> str:
-        if self.kept_kernel:
+        if self.pays:
             return "runs our kernel"
-        slow = [r for r in self.rows if r.ratio > 1 + MARGIN[self.device]]
-        return "keeps its own forward: kernel slower at " + ", ".join(
-            f"M={r.rows} ({r.kernel_us:.1f} vs {r.own_us:.1f} µs)" for r in slow
+        slow = ", ".join(
+            f"M={r.rows} ({r.kernel_us:.1f} vs {r.own_us:.1f} µs)"
+            for r in self.rows
+            if r.ratio > 1 + MARGIN[self.device]
         )
+        if self.restored:
+            return f"keeps its own forward: kernel slower at {slow}"
+        return f"runs our kernel although slower at {slow} (restore=False)"
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,20 @@ class KernelReport:
         from dataclasses import asdict
 
         return {"modules": [asdict(m) for m in self.modules]}
+
+    def restore_slower(self, model: nn.Module) -> list[str]:
+        """Give the modules whose kernel does not pay their own forward (what `restore=True` does); their names."""
+        slower = {n for m in self.modules if not m.pays for n in m.names}
+        for name, module in model.named_modules():
+            if name in slower:
+                _own_forward(module)
+        return sorted(slower)
+
+
+def _own_forward(module: nn.Module) -> None:
+    module.forward = MethodType(
+        type(module).forward, module
+    )  # what kernelize does for a module without a kernel
 
 
 def replaced_modules(model: nn.Module) -> list[tuple[str, nn.Module, ModuleType, str]]:
@@ -200,9 +219,7 @@ def kernel_report(
         keep = all(r.ratio <= 1 + MARGIN[device] for r in speeds)
         if restore and not keep:
             for _, mod, _, _ in members:
-                mod.forward = MethodType(
-                    cls.forward, mod
-                )  # what kernelize does for a module without a kernel
+                _own_forward(mod)
         repo, variant = _origin(pkg)
         reports.append(
             ModuleReport(
@@ -216,7 +233,8 @@ def kernel_report(
                 str(dtype).removeprefix("torch."),
                 device,
                 speeds,
-                keep or not restore,
+                keep,
+                restore and not keep,
             )
         )
     return KernelReport(tuple(reports))

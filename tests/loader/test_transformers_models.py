@@ -149,7 +149,9 @@ def test_report_gives_slower_blocks_their_own_forward(repo):
         entry.variant,
     )
     assert [r.rows for r in entry.rows] == [1, 16] and all(r.ratio > 1.25 for r in entry.rows), entry.rows
-    assert not entry.kept_kernel and "keeps its own forward: kernel slower at M=1" in str(report), str(report)
+    assert (
+        not entry.pays and entry.restored and "keeps its own forward: kernel slower at M=1" in str(report)
+    ), str(report)
     assert replaced_modules(model) == []  # both blocks run LlamaMLP.forward again
     ids = torch.randint(0, 128, (1, 4))
     with torch.no_grad():
@@ -159,8 +161,12 @@ def test_report_gives_slower_blocks_their_own_forward(repo):
 def test_report_without_restore_keeps_the_kernels(repo):
     model = kernelized(build("gpt2", "cpu", torch.float32).eval(), repo)
     report = kernel_report(model, rows=(1,), restore=False)
-    assert [m.layer for m in report.modules] == ["GPT2MLP"] and report.modules[0].kept_kernel
+    (entry,) = report.modules
+    assert entry.layer == "GPT2MLP" and not entry.pays and not entry.restored, entry
+    assert "runs our kernel although slower at M=1" in str(report), str(report)
     assert len(replaced_modules(model)) == 2
+    assert report.restore_slower(model) == ["transformer.h.0.mlp", "transformer.h.1.mlp"]
+    assert replaced_modules(model) == []
 
 
 def test_a_model_without_our_blocks_is_refused(repo):
