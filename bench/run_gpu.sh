@@ -12,7 +12,9 @@
 # ops (bench_ops.py over OPS_PRESETS at OPS_ROWS, fwd+bwd at OPS_TRAIN_ROWS, OPS_DTYPES; OPS_MAX_AUTOTUNE: case
 # prefixes also compiled with max-autotune), model (bench_model.py, MODEL_ROWS), loader (bench_loader.py: get_kernel
 # cold/warm/pinned and `kernel-hub bench`, on a repo of its own since its speed record reorders the variants), ab
-# (candidate builds AB_DISTS against DIST: their tests/cuda, then the path table of AB_STEPS, AB_ROUNDS rounds).
+# (candidate builds AB_DISTS against DIST: their tests/cuda, then the path table of AB_STEPS, AB_ROUNDS rounds),
+# hfmodel (needs transformers: the GPU tests of tests/loader/test_transformers_models.py, then bench_hf_model.py:
+# Llama-shaped models kernelized through kernels from acme/fused-mlp beside eager, compile and Liger; HF_ARGS).
 # Each stage has a time limit (T_<STAGE>, seconds) and writes its JSON as it goes, so the summary always prints;
 # the whole preset suite takes several runs of the ops stage (OPS_PRESETS, a few presets each).
 # Env: OUT (default ./bench-out: each stage's JSON and log, summary.md); BENCH_CSV (where every number is also
@@ -24,7 +26,8 @@ DIST="$(cd "${1:?usage: bench/run_gpu.sh DIST [WHEELS_DIR]}" && pwd)"
 WHEELS="${2:-}"
 OUT="${OUT:-$PWD/bench-out}" QUICK="${QUICK:-0}" STAGES="${STAGES:-tests check host ops model loader}"
 T_TESTS="${T_TESTS:-120}" T_CHECK="${T_CHECK:-40}" T_HOST="${T_HOST:-40}" T_PATHS="${T_PATHS:-150}"
-T_OPS="${T_OPS:-200}" T_MODEL="${T_MODEL:-230}" T_LOADER="${T_LOADER:-100}"
+T_OPS="${T_OPS:-200}" T_MODEL="${T_MODEL:-230}" T_LOADER="${T_LOADER:-100}" T_HFTESTS="${T_HFTESTS:-90}"
+T_HFMODEL="${T_HFMODEL:-240}"
 OPS_PRESETS="${OPS_PRESETS:-llama-3-8b,geglu-768-3072,mlp-3x1024}" OPS_ROWS="${OPS_ROWS:-1,16,4096}"
 OPS_TRAIN_ROWS="${OPS_TRAIN_ROWS:-4096}" OPS_DTYPES="${OPS_DTYPES:-bf16}" MODEL_ROWS="${MODEL_ROWS:-16,1024}"
 mkdir -p "$OUT"
@@ -149,6 +152,15 @@ stage_ab() {  # ab_tests_LABEL.log, ab_paths_LABEL_ROUND.json; one process per b
         --steps "${AB_STEPS:-chain_backward}" --json "$OUT/ab_paths_${label}_$round.json" > /dev/null
     done
   done
+}
+stage_hfmodel() {
+  if [ -z "${URL:-}" ]; then log "hfmodel stage skipped: kernelize loads from the hub"; return; fi
+  [ "$T_HFTESTS" -gt 0 ] && { timeout "$T_HFTESTS" python3 -m pytest -m gpu -q -p no:cacheprovider \
+    tests/loader/test_transformers_models.py > "$OUT/hf_tests.log" 2>&1; tail -3 "$OUT/hf_tests.log"; }
+  # The script skips rows past its deadline and writes its JSON after each: the margin is for the row under way.
+  # shellcheck disable=SC2086
+  run "$T_HFMODEL" hfmodel bench/bench_hf_model.py --hub "$URL" --repo acme/fused-mlp \
+    --deadline-s $((T_HFMODEL * 4 / 5)) --json "$OUT/hf_model.json" ${HF_ARGS:-}
 }
 for stage in $STAGES; do log "stage $stage"; "stage_$stage"; done
 log "done; summary:"
