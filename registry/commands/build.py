@@ -1,4 +1,4 @@
-"""`kernel-hub build`: the Hub layout dist/<kernel>/build/<variant>/ from the kernel sources."""
+"""`kernel-hub build [PATH]`: the Hub layout dist/<kernel>/build/<variant>/ from a kernel package's sources."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ def register(subparsers) -> None:
         "build",
         help="build every variant of the kernel into the Hub layout",
         description="Build build/<variant>/ dirs (package + metadata.json with digests) for every variant "
-        "in build/matrix.toml plus torch-cpu and torch-universal.",
+        "of the package's build.toml (or the build/matrix.toml it names) plus torch-cpu and torch-universal.",
     )
     p.add_argument(
-        "--source", type=Path, default=Path("kernel_src/fused_mlp"), help="kernel package directory"
+        "path",
+        nargs="?",
+        type=Path,
+        help="kernel package folder with a build.toml (default: --source, else kernel_src/fused_mlp)",
     )
-    p.add_argument("--out", type=Path, default=Path("dist/fused-mlp"), help="dist directory (replaced)")
+    p.add_argument("--source", type=Path, help="the same as PATH (kept for older scripts)")
+    p.add_argument("--out", type=Path, help="dist directory, replaced (default: dist/<kernel name>)")
     p.add_argument(
         "--matrix", type=Path, help="build matrix (default: build/matrix.toml here or in a parent folder)"
     )
@@ -46,11 +50,15 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from registry.publisher.build import build
+    from registry.errors import UsageError
+    from registry.publisher.build import build, kernel_name
 
+    if args.path and args.source and args.path != args.source:
+        raise UsageError(f"two packages given ({args.path} and --source {args.source}): pass one")
+    source = args.path or args.source or Path("kernel_src/fused_mlp")
     result = build(
-        args.source,
-        args.out,
+        source,
+        args.out or Path("dist") / kernel_name(source, args.matrix),
         args.matrix,
         only=args.variants,
         aot=not args.no_aot,

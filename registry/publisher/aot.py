@@ -132,9 +132,9 @@ def run_python(python: str, code: str, cwd: Path, what: str, env: Mapping[str, s
 
 
 _AOT_SCRIPT = """
-import json, sys
+import importlib, json, sys
 sys.path.insert(0, ".")
-from {pkg}.triton import aot_build
+aot_build = importlib.import_module("{pkg}.{module}")
 written = aot_build.compile_all({out!r}, {arch!r}, {triton!r}, **{kwargs!r})
 print(json.dumps(len(written)))
 """
@@ -149,11 +149,13 @@ def compile_cubins(
     env: Mapping[str, str],
     loose_root: Path,
     aot_kwargs: Mapping | None = None,
+    module: str = "triton.aot_build",
 ) -> tuple[list[str], list[str]]:
-    """AOT-compile the package's Triton kernels per arch via `<package>.triton.aot_build.compile_all` (no GPU needed).
+    """AOT-compile the package's Triton kernels per arch via `<package>.<module>.compile_all` (no GPU needed).
 
     compile_all writes loose files under `loose_root` (kept for the CUDA variant of the same build, which
-    embeds some of them); the variant ships one bundle per arch (`bundle_cubins`). Returns (the SASS arch
+    embeds some of them); the variant ships one bundle per arch (`bundle_cubins`) in `cubins/` beside the
+    module (fused_mlp: `triton/cubins/`), where the package's run-time finder looks. Returns (the SASS arch
     each folder really holds, notes). `aot_kwargs` go to compile_all as is (e.g. `dtypes`, `kernels`,
     `jobs`: narrower builds for tests).
     """
@@ -165,7 +167,12 @@ def compile_cubins(
         )
         started = time.monotonic()
         code = _AOT_SCRIPT.format(
-            pkg=package, out=str(loose_root), arch=arch, triton=triton_version, kwargs=dict(aot_kwargs or {})
+            pkg=package,
+            module=module,
+            out=str(loose_root),
+            arch=arch,
+            triton=triton_version,
+            kwargs=dict(aot_kwargs or {}),
         )
         n = json.loads(
             run_python(python, code, variant_dir, f"AOT compile for {arch}", env).strip().splitlines()[-1]
@@ -178,7 +185,8 @@ def compile_cubins(
         shipped.append(actual)
         notes += [note] if note else []
         log.info("  %s: %d files (%s SASS) in %.0f s", arch, n, actual, time.monotonic() - started)
-        bundle_cubins(loose_root / triton_version / arch, variant_dir / package / "triton" / "cubins")
+        cubin_root = Path(variant_dir, package, *module.split(".")[:-1], "cubins")
+        bundle_cubins(loose_root / triton_version / arch, cubin_root)
     return shipped, notes
 
 

@@ -1,9 +1,10 @@
-"""`kernel-hub build`: turn kernel_src/fused_mlp into the Hub layout `<out>/build/<variant>/`.
+"""`kernel-hub build`: turn a kernel package (default kernel_src/fused_mlp) into the Hub layout `<out>/build/<variant>/`.
 
-Every variant directory holds the kernel package as `fused_mlp/` (the `<python name>/__init__.py`
+Every variant directory holds the kernel package under its Python name (the `<python name>/__init__.py`
 layout that `kernels` and older clients import), and `metadata.json` with what `kernels` requires plus
-our keys (archs, triton, api, digest; docs/CONTRACTS.md). Variants come from build/matrix.toml, plus
-`torch-cpu` and `torch-universal`, which let stock `kernels` load the reference path on any machine.
+our keys (archs, triton, api, digest; docs/CONTRACTS.md). Variants come from the package's build.toml
+(`spec.package`) or the build/matrix.toml it names, plus `torch-cpu` and `torch-universal`, which let stock
+`kernels` load the reference path on any machine.
 
 Output is reproducible: the content hash that names a build (`id`, OPS_NAMESPACE) is computed from
 the staged sources and the build parameters alone, files are written in sorted order, cubins carry no
@@ -27,14 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from registry.errors import KernelHubError
 from registry.spec import digest
 from registry.spec.arch import parse_sm
 from registry.spec.build_matrix import BuildMatrix, VariantSpec, read_matrix
 from registry.spec.names import is_commit
+from registry.spec.package import BUILD_TOML, KernelPackage, read_package
 from registry.spec.variant import ArchEntry, VariantMetadata
 
 from .aot import aot_decision, build_env, compile_cubins, installed_triton_version, run_python, selected_archs
 from .cuda import build_cuda, cuda_recipe
+from .cuda_ext import build_extension
+from .cuda_ext import unavailable_reason as cuda_ext_unavailable
 from .errors import BuildError
 from .out_dir import MARKER, check_out_dir, marker_text
 
@@ -44,10 +49,11 @@ KERNEL_HUB_VERSION = "0.1.0"
 # Triton JIT needs Ampere (bf16 tl.dot, cp.async); the torch-cuda variant runs on any cc >= this.
 TRITON_JIT_MIN_ARCH = "sm_80"
 NOARCH_CPU_VARIANTS = ("torch-cpu", "torch-universal")
-# Sources never copied into a variant: bytecode, editor/OS junk, and the CUDA sources for variants
-# that do not compile them (they would be dead weight a loader could never use).
+# Sources never copied into a variant: bytecode, editor/OS junk, build.toml (a build input), and the CUDA
+# sources for variants that do not compile them (dead weight a loader could never use).
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", "~")
+DEFAULT_AOT_MODULE = "triton.aot_build"  # a package without build.toml: fused_mlp's layout
 
 
 @dataclass
@@ -84,12 +90,16 @@ def python_name(kernel_name: str) -> str:
     return kernel_name.replace("-", "_")
 
 
-def wants_file(relpath: str, include_cuda: bool) -> bool:
-    """Whether a package file (path relative to the package root) is copied into a variant."""
+def wants_file(relpath: str, include_cuda: bool, cuda_only: frozenset[str] = frozenset()) -> bool:
+    """Whether a package file (path relative to the package root) is copied into a variant.
+
+    `cuda_only`: files the CUDA variant alone ships (a build.toml package's C++/CUDA sources inside it);
+    the folder `cuda/` is always one of them.
+    """
     parts = relpath.split("/")
-    if any(p in _SKIP_PARTS for p in parts) or parts[-1].endswith(_SKIP_SUFFIXES):
+    if any(p in _SKIP_PARTS for p in parts) or parts[-1].endswith(_SKIP_SUFFIXES) or relpath == BUILD_TOML:
         return False
-    return include_cuda or parts[0] != "cuda"
+    return include_cuda or (parts[0] != "cuda" and relpath not in cuda_only)
 
 
 def content_hash(variant: str, files: Mapping[str, str]) -> str:
@@ -154,6 +164,7 @@ def make_metadata(
         version=version,
         backend=backend,
         license=kernel.get("license", "apache-2.0"),
+        python_depends=tuple(kernel.get("python-depends", ())),
         archs=arch_entries(plan, sass_archs),
         triton=tuple(triton_versions) if plan.kind == "triton" else None,
         torch_stable_abi=plan.torch_target if plan.kind == "cuda" and plan.torch_target else None,
@@ -176,12 +187,14 @@ def provenance(commit: str | None, dirty: bool) -> dict:
 # ----------------------------------------------------------------------------------------------- I/O
 
 
-def copy_package(source: Path, dest: Path, include_cuda: bool) -> None:
-    """Copy the kernel package into `dest`, in sorted order, without bytecode/junk (and cuda/ unless asked)."""
+def copy_package(
+    source: Path, dest: Path, include_cuda: bool, cuda_only: frozenset[str] = frozenset()
+) -> None:
+    """Copy the kernel package into `dest`, in sorted order, without bytecode/junk (and CUDA sources unless asked)."""
     files = sorted(p for p in source.rglob("*") if p.is_file())
     for path in files:
         rel = path.relative_to(source).as_posix()
-        if wants_file(rel, include_cuda):
+        if wants_file(rel, include_cuda, cuda_only):
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
@@ -237,6 +250,18 @@ def read_api(variant_dir: Path, package: str, python: str, env: Mapping[str, str
     return json.loads(out.strip().splitlines()[-1])
 
 
+def declared_api(pkg: KernelPackage | None, api: dict) -> dict:
+    """The package's API record, checked against the build.toml's `ops` and naming its reference module."""
+    if pkg is None:
+        return api
+    if pkg.ops and sorted(pkg.ops) != sorted(api["__all__"]):
+        raise BuildError(
+            f"{pkg.root / BUILD_TOML} [kernel-hub] ops {sorted(pkg.ops)} differ from the package's __all__ "
+            f"{sorted(api['__all__'])}: make them the same (the check compares exactly these ops)"
+        )
+    return {**api, "reference": pkg.reference}
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     """How to build (as opposed to what: that is the matrix)."""
@@ -260,25 +285,35 @@ def build(
 ) -> BuildResult:
     """Build every planned variant of `source` into `out/build/<variant>/`, replacing `out` atomically.
 
-    `out` must be a directory a build may replace (`out_dir.check_out_dir`: not the sources, no tracked
-    files, empty or written by an earlier build); it gets the `out_dir.MARKER` file.
+    `source`: a folder with a build.toml (`spec.package`: the package is in it or is it), or a bare Python
+    package whose variants come from the matrix. `out` must be a directory a build may replace
+    (`out_dir.check_out_dir`: not the sources, no tracked files, empty or written by an earlier build); it
+    gets the `out_dir.MARKER` file.
 
-    `matrix_path` None: build/matrix.toml of the working directory or a parent (`spec.build_matrix`).
+    `matrix_path` None: the build.toml's variants, or the matrix it names, or (no build.toml)
+    build/matrix.toml of the working directory or a parent (`spec.build_matrix`).
     Options come as a BuildOptions or as its fields by keyword (`aot=False`, `require_cuda=True`).
     Progress goes to this module's logger.
     """
     opts = options or BuildOptions(**option_values)
     source, out = Path(source).resolve(), Path(out).resolve()
-    if not (source / "__init__.py").is_file():
+    pkg = read_package(source) if (source / BUILD_TOML).is_file() else None
+    if pkg is None and not (source / "__init__.py").is_file():
         raise BuildError(
-            f"{source} is not a Python package (no __init__.py): pass --source kernel_src/fused_mlp"
+            f"{source} has no {BUILD_TOML} and is not a Python package (no __init__.py): pass a kernel "
+            "package folder (`kernel-hub init NAME` makes one)"
         )
-    matrix = read_matrix(matrix_path)
-    kernel = matrix.kernel or {"name": source.name.replace("_", "-")}
+    matrix = matrix_for(pkg, matrix_path)
+    if pkg is not None:
+        kernel = {"name": pkg.name, "license": pkg.license, "python-depends": list(pkg.python_depends)}
+        package_dir = pkg.package_dir
+    else:
+        kernel = matrix.kernel or {"name": source.name.replace("_", "-")}
+        package_dir = source
     package = python_name(kernel["name"])
-    if source.name != package:
+    if package_dir.name != package:
         raise BuildError(
-            f"source directory {source.name!r} must be named after the kernel ({package!r}), "
+            f"package directory {package_dir.name!r} must be named after the kernel ({package!r}), "
             "because variants ship it under that name"
         )
     plans = plan_variants(matrix)
@@ -293,7 +328,7 @@ def build(
     try:
         with tempfile.TemporaryDirectory(prefix="kernel-hub-build-") as cache:
             ctx = _Context(
-                source,
+                package_dir,
                 kernel,
                 package,
                 provenance(*git_state(source)),
@@ -301,9 +336,10 @@ def build(
                 build_env(Path(cache) / "triton"),
                 matrix,
                 scratch=Path(cache),
+                pkg=pkg,
             )
             results = [_build_variant(plan, staging / "build" / plan.name, ctx) for plan in plans]
-        (staging / MARKER).write_text(marker_text(source))
+        (staging / MARKER).write_text(marker_text(package_dir))
         check_out_dir(out, source)  # again: it may have changed during a build of minutes
         if out.exists():
             shutil.rmtree(out)
@@ -314,6 +350,33 @@ def build(
     for r in results:
         r.path = out / "build" / r.name if r.status == "built" else None
     return BuildResult(out=out, variants=results)
+
+
+def kernel_name(source: Path, matrix_path: Path | None = None) -> str:
+    """The kernel's name (`fused-mlp`): its build.toml's, else the matrix's, else the folder's."""
+    source = Path(source)
+    if (source / BUILD_TOML).is_file():
+        return read_package(source).name
+    try:
+        return read_matrix(matrix_path).kernel["name"]
+    except (KernelHubError, KeyError):
+        return source.resolve().name.replace("_", "-")
+
+
+def matrix_for(pkg: KernelPackage | None, matrix_path: Path | None) -> BuildMatrix:
+    """What to build: `matrix_path`, else the matrix the build.toml names (found beside it or in a parent
+    folder), else the build.toml's own variants; without a build.toml, build/matrix.toml as `read_matrix` finds it."""
+    if matrix_path is not None or pkg is None:
+        return read_matrix(matrix_path)
+    if pkg.matrix:
+        for folder in (pkg.root, *pkg.root.parents):
+            if (folder / pkg.matrix).is_file():
+                return read_matrix(folder / pkg.matrix)
+        raise BuildError(
+            f"{pkg.root / BUILD_TOML} takes its variants from {pkg.matrix!r}, which is neither there nor in "
+            "a parent folder: pass --matrix PATH"
+        )
+    return BuildMatrix(None, {"name": pkg.name}, tuple(pkg.variants()), {})
 
 
 @dataclass
@@ -329,6 +392,24 @@ class _Context:
     scratch: Path | None = None  # build-private scratch, gone after the build
     # The Triton variant's loose AOT cubins of this build (the CUDA variant reuses them).
     cubins: Path | None = None
+    pkg: KernelPackage | None = None  # the build.toml, when the package has one
+
+    @property
+    def own_cuda(self) -> bool:
+        """Whether the CUDA variant compiles the build.toml's sources (else: the matrix's recipe, build/cuda/)."""
+        return self.pkg is not None and self.matrix.path is None
+
+    @property
+    def aot_module(self) -> str:
+        return (self.pkg.aot_module if self.pkg else None) or DEFAULT_AOT_MODULE
+
+    @property
+    def cuda_only(self) -> frozenset[str]:
+        """The build.toml's C++/CUDA sources that lie inside the package (relative to it)."""
+        if self.pkg is None:
+            return frozenset()
+        inside = [p.resolve() for p in self.pkg.cuda_sources if self.source in p.resolve().parents]
+        return frozenset(p.relative_to(self.source).as_posix() for p in inside)
 
 
 def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResult:
@@ -341,8 +422,11 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
     recipe: ModuleType | str | None = None
     cuda_archs: list[str] = []
     if plan.kind == "cuda":
-        recipe = cuda_recipe(ctx.matrix.path.resolve().parent / "cuda")
-        unavailable = recipe if isinstance(recipe, str) else recipe.cuda_unavailable_reason(None)
+        if ctx.own_cuda:
+            recipe, unavailable = None, cuda_ext_unavailable(ctx.pkg.cuda)
+        else:
+            recipe = cuda_recipe(ctx.matrix.path.resolve().parent / "cuda")
+            unavailable = recipe if isinstance(recipe, str) else recipe.cuda_unavailable_reason(None)
         if unavailable:
             if opts.require_cuda:
                 raise BuildError(f"[{plan.name}] cannot build the CUDA variant: {unavailable}")
@@ -354,8 +438,15 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
             plan.archs
         )
         params["cuda_archs"] = cuda_archs
+        if ctx.own_cuda:  # sources outside the package are not staged: their bytes must name the build too
+            params["cuda_sources"] = {
+                p.relative_to(ctx.pkg.root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in ctx.pkg.cuda_sources
+            }
         params["cuda_triton"] = (
-            {"triton": installed_triton_version(opts.python), **dict(opts.aot_kwargs)} if opts.aot else None
+            {"triton": installed_triton_version(opts.python), **dict(opts.aot_kwargs)}
+            if opts.aot and not ctx.own_cuda
+            else None
         )
     if plan.kind == "triton":
         installed = installed_triton_version(opts.python)
@@ -366,7 +457,7 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
         log.info("[%s] %s", plan.name, why)
         params["aot"] = {"triton": installed, "archs": aot_archs, **dict(opts.aot_kwargs)} if do_aot else None
 
-    copy_package(ctx.source, vdir / ctx.package, include_cuda=plan.kind == "cuda")
+    copy_package(ctx.source, vdir / ctx.package, include_cuda=plan.kind == "cuda", cuda_only=ctx.cuda_only)
     chash = content_hash(
         plan.name, {**digest.hash_variant(vdir), "<params>": json.dumps(params, sort_keys=True)}
     )
@@ -378,25 +469,37 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
     triton_versions: list[str] = []
     if plan.kind == "cuda":
         log.info("[%s] compiling the CUDA extension for %s (takes minutes)", plan.name, ", ".join(cuda_archs))
-        scratch = (
-            ctx.scratch / "cuda"
-        )  # the build's own temporary folder: nothing is written beside the sources
-        triton = params["cuda_triton"] is not None
-        notes += build_cuda(
-            recipe, vdir, ctx.package, ctx.matrix.data, scratch, cuda_archs, triton, opts, ctx.cubins
-        )
+        if ctx.own_cuda:
+            ptx = [a for a in plan.ptx if a in cuda_archs]
+            notes.append(build_extension(ctx.pkg, vdir / ctx.package, ops_ns, cuda_archs, ptx, ctx.scratch))
+        else:
+            scratch = (
+                ctx.scratch / "cuda"
+            )  # the build's own temporary folder: nothing is written beside the sources
+            triton = params["cuda_triton"] is not None
+            notes += build_cuda(
+                recipe, vdir, ctx.package, ctx.matrix.data, scratch, cuda_archs, triton, opts, ctx.cubins
+            )
         sass_archs = cuda_archs
     if aot_archs:
         loose = ctx.scratch / "cubins" / plan.name
         sass_archs, arch_notes = compile_cubins(
-            vdir, ctx.package, aot_archs, installed, opts.python, ctx.env, loose, opts.aot_kwargs
+            vdir,
+            ctx.package,
+            aot_archs,
+            installed,
+            opts.python,
+            ctx.env,
+            loose,
+            opts.aot_kwargs,
+            ctx.aot_module,
         )
         triton_versions = [installed]
         ctx.cubins = loose
         cubins = list(ctx.cubins.rglob("*.cubin"))
         notes += [f"{len(cubins)} AOT cubins for triton {installed}", *arch_notes]
     if ctx.api is None:
-        ctx.api = read_api(vdir, ctx.package, opts.python, ctx.env)
+        ctx.api = declared_api(ctx.pkg, read_api(vdir, ctx.package, opts.python, ctx.env))
     files = digest.hash_variant(vdir)
     meta = make_metadata(
         plan=plan,
