@@ -147,6 +147,25 @@ def make_cases(gen: torch.Generator, device: str) -> list[Case]:
     ]
 
 
+def package_cases(reference: types.ModuleType, gen: torch.Generator, device: str) -> list[Case]:
+    """The cases the package's reference declares (`check_cases(gen, device)`), else the fused-MLP ones.
+
+    Each declared case is a mapping: `op`, `name`, `args` (float64 tensors from `gen` on `device`, or lists of
+    them), optional `kwargs`, and optional `grad_mask` (True where the output gradient is left out, as
+    `relu_ties`). A package without `check_cases` is taken to have the fused-MLP API (`make_cases`).
+    """
+    declared = getattr(reference, "check_cases", None)
+    if declared is None:
+        return make_cases(gen, device)
+    try:
+        return [
+            Case(c["op"], c["name"], tuple(c["args"]), dict(c.get("kwargs") or {}), c.get("grad_mask"))
+            for c in declared(gen, device)
+        ]
+    except Exception as e:  # the package's own code: a broken declaration fails the check, with why
+        raise CheckCrashed(f"reference.check_cases: {type(e).__name__}: {e}") from e
+
+
 def _cast(arg, dtype: torch.dtype, grad: bool):
     if isinstance(arg, torch.Tensor):
         return arg.detach().to(dtype).requires_grad_(grad)
@@ -220,7 +239,7 @@ def run_check(
     start = time.perf_counter()
     gen = torch.Generator(device=device)
     gen.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-    cases = [c for c in make_cases(gen, device) if c.op in api]
+    cases = [c for c in package_cases(reference, gen, device) if c.op in api]
     checked = {c.op for c in cases}
     results: list[CaseResult] = []
     for dtype in check_dtypes(device):

@@ -74,6 +74,14 @@ def reference_in(path: Path, metadata: dict) -> tuple[types.ModuleType, list[str
     return _reference(None, metadata, _package_init(path, metadata))
 
 
+def reference_module(metadata: dict) -> str:
+    """The module of the package's eager ops, as its build recorded it (build.toml's `reference`)."""
+    name = (metadata.get("api") or {}).get("reference") or "reference"
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+        raise Refused(f"metadata api.reference {name!r} is not a module name: rebuild the kernel")
+    return name
+
+
 def _reference(
     module: types.ModuleType | None, metadata: dict, init_file: Path
 ) -> tuple[types.ModuleType, list[str]]:
@@ -81,13 +89,13 @@ def _reference(
 
     A stand-in parent package with the real `__path__` lets reference.py use relative imports.
     """
-    parent_name = f"{metadata.get('id') or 'fused_mlp'}_reference_pkg"
+    parent_name = f"{metadata.get('id') or 'kernel'}_reference_pkg"
     if parent_name not in sys.modules:
         parent = types.ModuleType(parent_name)
         parent.__path__ = [str(init_file.parent)]
         sys.modules[parent_name] = parent
     try:
-        reference = importlib.import_module(f"{parent_name}.reference")
+        reference = importlib.import_module(f"{parent_name}.{reference_module(metadata)}")
     except Exception as e:
         raise Refused(f"reference.py cannot be imported: {type(e).__name__}: {e}") from e
     api = list(

@@ -189,7 +189,7 @@ def _fallback(load: Load, attempts: list[str], reason: str, mode: str) -> types.
                 trace_lines(load.resolution, attempts) + [f"reference from {f}" for f in source_failures]
             )
         )
-    module_name = f"{load.metas[name].get('id') or 'fused_mlp'}_fallback"
+    module_name = f"{load.metas[name].get('id') or 'kernel'}_fallback"
     module = build_fallback(reference, api, mode, f"{module_name}_{mode}")
     result = None
     if mode == "compile":
