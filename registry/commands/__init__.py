@@ -1,4 +1,4 @@
-"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, build, publish, variants, demo, matrix,
+"""Sub-commands of `kernel-hub`: one module each (serve, token/org/key, init, build, publish, variants, demo, matrix,
 lock, bench).
 
 This is the layer that wires the parts together (e.g. `serve` hands the matrix page section to the hub).
@@ -14,6 +14,7 @@ _MODULES: list[str] = [
     "admin",
     "maintenance",
     "db",
+    "init",
     "build",
     "publish",
     "matrix",

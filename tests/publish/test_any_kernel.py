@@ -1,0 +1,134 @@
+"""Any kernel package, not only fused_mlp: `kernel-hub init` -> build -> publish -> get_kernel, against a real hub.
+
+Two packages: one made by `kernel-hub init` (a Triton op, AOT cubins for one arch) and one written by hand with
+a CUDA source (tests/publish/data/cuda-scale, compiled with the pinned nvcc against .venv-cuda's torch). Each
+loads through our loader, checked against its own reference on its own declared cases, and through stock
+`kernels`. CPU only: the loader takes the torch-cpu variant (`backend="cpu"`), whose Triton op runs in
+Triton's interpreter under TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from registry import get_kernel
+from registry.publisher.cuda_ext import unavailable_reason
+from registry.spec.package import read_package
+
+ROOT = Path(__file__).resolve().parents[2]
+CUDA_PACKAGE = Path(__file__).parent / "data" / "cuda-scale"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "kernel_src")])}
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "registry.cli", *args],
+        cwd=cwd,
+        env=env or ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def trusted_org(hub) -> tuple[str, str]:
+    org = f"any{uuid.uuid4().hex[:8]}"
+    token = hub.token(f"{org}-user", write=[org])
+    hub.org(org, trusted=True, members=(f"{org}-user",))
+    return org, token
+
+
+def publish(hub, org: str, token: str, name: str, dist: Path, work: Path) -> str:
+    out = cli("publish", f"{org}/{name}", str(dist), "--version", "1", "--endpoint", hub.url, "--token", token,
+              "--key", str(work / "key.pem"), cwd=work)  # fmt: skip
+    assert f"{org}/{name} v1 -> " in out
+    return f"{org}/{name}"
+
+
+def assert_checked_on_its_own_cases(info: dict, op: str) -> None:
+    assert info["variant"] == "torch-cpu", info["reason"]
+    check = info["check"]
+    assert check["status"] == "passed", check.get("summary")
+    assert {(c["op"], c["dtype"], c["direction"]) for c in check["cases"]} == {
+        (op, dt, d) for dt in ("float32", "float16") for d in ("forward", "backward")
+    }
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 (CPU CI)")
+def test_init_build_publish_load(hub, hub_env, tmp_path):
+    cli("init", "my-kernel", "--dir", str(tmp_path), cwd=tmp_path)
+    project = tmp_path / "my-kernel"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=project,
+                          env=ENV, capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    out = cli("build", str(project), "--out", str(tmp_path / "dist"), "--arch", "sm_80", cwd=tmp_path)
+    assert "3 AOT cubins for triton" in out
+    triton = tmp_path / "dist" / "build" / "torch-cuda"
+    meta = json.loads((triton / "metadata.json").read_text())
+    assert meta["api"]["__all__"] == ["scaled_add"] and meta["api"]["reference"] == "reference"
+    assert [a["arch"] for a in meta["archs"]] == ["sm_80"] and meta["backend"]["type"] == "cuda"
+    assert sorted(p.name for p in (triton / "my_kernel" / "cubins").rglob("*.zip")) == ["sm_80.zip"]
+    assert "my_kernel/cubins/" + meta["triton"][0] + "/sm_80.zip" in meta["digest"]["files"]
+    assert not (tmp_path / "dist" / "build" / "torch-cpu" / "my_kernel" / "cubins").exists()
+
+    org, token = trusted_org(hub)
+    repo = publish(hub, org, token, "my-kernel", tmp_path / "dist", tmp_path)
+    m = get_kernel(repo, version=1, backend="cpu")
+    assert_checked_on_its_own_cases(m.__kernel_info__, "scaled_add")
+    x, y = torch.randn(5, 33), torch.randn(5, 33)
+    torch.testing.assert_close(m.scaled_add(x, y, 0.25), x + 0.25 * y)
+
+    import kernels
+
+    stock = kernels.get_kernel(repo, version=1, trust_remote_code=True)
+    assert stock.__name__ == json.loads((tmp_path / "dist/build/torch-cpu/metadata.json").read_text())["id"]
+    torch.testing.assert_close(stock.scaled_add(x, y, -1.0), x - y)
+
+
+CUDA_WHY = unavailable_reason(read_package(CUDA_PACKAGE).cuda)
+
+
+@pytest.mark.skipif(CUDA_WHY is not None, reason=f"cannot compile CUDA here: {CUDA_WHY}")
+def test_hand_written_cuda_package_builds_its_extension_and_loads(hub, hub_env, tmp_path):
+    source = tmp_path / "cuda-scale"
+    shutil.copytree(CUDA_PACKAGE, source)
+    out = cli("build", str(source), "--out", str(tmp_path / "dist"), "--require-cuda", cwd=tmp_path)
+    variant = "torch-stable-abi211-cu130-x86_64-linux"
+    assert "CUDA extension _C.abi3.so from 2 source(s) for sm_80" in out
+    vdir = tmp_path / "dist" / "build" / variant
+    meta = json.loads((vdir / "metadata.json").read_text())
+    assert (meta["backend"], meta["torch_stable_abi"]) == ({"type": "cuda", "archs": ["8.0"]}, "2.11")
+    namespace = "cuda_scale_" + meta["id"][-8:]  # OPS_NAMESPACE: the python name + the build hash
+    so = (vdir / "cuda_scale" / "_C.abi3.so").read_bytes()
+    assert (
+        so.startswith(b"\x7fELF") and namespace.encode() in so
+    )  # ops registered under the build's namespace
+    for cpu in ("torch-cpu", "torch-universal"):  # the extension ships in the CUDA variant only
+        assert sorted(p.name for p in (tmp_path / "dist" / "build" / cpu / "cuda_scale").iterdir()) == [
+            "__init__.py", "_build_info.py", "reference.py"
+        ]  # fmt: skip
+
+    org, token = trusted_org(hub)
+    repo = publish(hub, org, token, "cuda-scale", tmp_path / "dist", tmp_path)
+    m = get_kernel(repo, version=1, backend="cpu")
+    assert_checked_on_its_own_cases(m.__kernel_info__, "scale")
+    assert f"reject {variant}: no CUDA device" in m.__kernel_info__["trace"]
+    x = torch.randn(4, 9)
+    torch.testing.assert_close(m.scale(x, 3.0), 3.0 * x)
+
+    import kernels
+
+    stock = kernels.get_kernel(repo, version=1, trust_remote_code=True)
+    torch.testing.assert_close(stock.scale(x), 2.0 * x)
