@@ -36,6 +36,9 @@ SIGSTORE_IDENTITIES = "KERNEL_HUB_SIGSTORE_IDENTITIES"  # workflow URIs, whitesp
 SIGSTORE_ROOT = "KERNEL_HUB_SIGSTORE_ROOT"  # a trusted_root.json
 # The publisher
 SIGNING_KEY = "KERNEL_HUB_KEY"  # the publisher's ed25519 private key file
+CUDA_PYTHON = "KERNEL_HUB_CUDA_PYTHON"  # a python with a CUDA torch: headers and libraries for nvcc builds
+CUDA_HOME = "CUDA_HOME"  # the CUDA toolkit nvcc builds use (as torch's cpp_extension)
+MAX_JOBS = "MAX_JOBS"  # parallel compile jobs of an nvcc build (as torch's cpp_extension)
 # The hub server and its commands
 HUB_DB = "KERNEL_HUB_DB"  # database URL (keeps a password out of the process list)
 HUB_BLOBS = "KERNEL_HUB_BLOBS"  # blob store URL (s3://BUCKET[/PREFIX])
@@ -88,6 +91,18 @@ def sigstore_root() -> str | None:
 
 def signing_key() -> str | None:
     return _get(SIGNING_KEY)
+
+
+def cuda_python() -> str | None:
+    return _get(CUDA_PYTHON)
+
+
+def cuda_home() -> str | None:
+    return _get(CUDA_HOME)
+
+
+def max_jobs(default: str) -> str:
+    return _get(MAX_JOBS) or default
 
 
 def hub_db() -> str | None:

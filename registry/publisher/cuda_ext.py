@@ -16,13 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from registry import constants
 from registry.spec.arch import parse_sm
 from registry.spec.package import KernelPackage
 
 from .errors import BuildError
 
 EXTENSION_FILE = "_C.abi3.so"
-CUDA_PYTHON_ENV = "KERNEL_HUB_CUDA_PYTHON"
 _TIMEOUT_S = 1800
 
 _SETUP = """
@@ -65,20 +65,20 @@ def _torch_cuda(python: str) -> str | None:
 def find_toolchain(cuda: str) -> tuple[str, Path] | str:
     """(a python with a CUDA `cuda` torch, CUDA_HOME with nvcc), or why this machine cannot compile."""
     major = cuda.split(".")[0]
-    home = Path(os.environ.get("CUDA_HOME") or f"/usr/local/cuda-{major}.0")
+    home = Path(constants.cuda_home() or f"/usr/local/cuda-{major}.0")
     if not (home / "bin" / "nvcc").exists():
         nvcc = shutil.which("nvcc")
         if nvcc is None:
             return f"no nvcc ({home}/bin/nvcc does not exist, none on PATH): install CUDA {cuda} or set CUDA_HOME"
         home = Path(nvcc).resolve().parent.parent
     tried = []
-    for python in dict.fromkeys(p for p in (os.environ.get(CUDA_PYTHON_ENV), sys.executable) if p):
+    for python in dict.fromkeys(p for p in (constants.cuda_python(), sys.executable) if p):
         version = _torch_cuda(python)
         if version and version.split(".")[0] == major:
             return python, home
         tried.append(f"{python}: torch {'for CUDA ' + version if version else 'without CUDA'}")
     return (
-        f"no python with a CUDA {major} torch (tried {'; '.join(tried)}): set {CUDA_PYTHON_ENV} to one "
+        f"no python with a CUDA {major} torch (tried {'; '.join(tried)}): set {constants.CUDA_PYTHON} to one "
         "(`make venv-cuda` makes .venv-cuda)"
     )
 
@@ -111,7 +111,7 @@ def build_extension(
         "CUDA_HOME": str(home),
         "PATH": os.pathsep.join([str(Path(python).parent), str(home / "bin"), os.environ.get("PATH", "")]),
         "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs, ptx),
-        "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
+        constants.MAX_JOBS: constants.max_jobs("2"),
     }
     try:
         proc = subprocess.run(
