@@ -46,6 +46,7 @@ from registry.spec.variant import (
 )
 
 from .errors import ApiChanged, PublishError, VersionMoved
+from .foreign import adopt, is_foreign
 from .keyless import ambient_identity, ambient_signer
 from .keyless import bundle_problem as keyless_bundle_problem
 from .out_dir import MARKER
@@ -169,7 +170,10 @@ def tree_problems(expected: Mapping[str, FileId], remote: Mapping[str, RepoFile]
 
 
 def read_dist(dist: Path) -> dict[str, VariantMetadata]:
-    """variant -> metadata of a built dist, after checking every variant against its own digest."""
+    """variant -> metadata of a built dist, after checking every variant against its own digest.
+
+    A kernel-builder build (`build/<variant>/` whose metadata.json has no digests) is taken as it is: `foreign.adopt`.
+    """
     build_dir = Path(dist) / BUILD_DIR
     variants = sorted(p for p in build_dir.glob(f"*/{METADATA}")) if build_dir.is_dir() else []
     if not variants:
@@ -188,6 +192,8 @@ def read_dist(dist: Path) -> dict[str, VariantMetadata]:
             meta = VariantMetadata.read(meta_path.parent)
         except MetadataError as e:
             raise PublishError(f"variant {name}: {e}") from None
+        if is_foreign(meta):  # kernel-builder's output: published as it is, its digests taken now
+            meta = adopt(meta_path.parent, meta)
         problems = digest.verify_digests(meta_path.parent, meta.to_json())
         if problems:
             raise PublishError(

@@ -115,8 +115,9 @@ class VariantMetadata:
             checks=list(self.checks),
             build=dict(self.build),
             digest=dict(self.digest),
-            provenance=dict(self.provenance),
         )
+        if self.provenance:  # kernels requires `kernel-builder` inside a `provenance` that is present
+            meta["provenance"] = dict(self.provenance)
         return meta
 
     def to_bytes(self) -> bytes:

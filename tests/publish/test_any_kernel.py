@@ -132,3 +132,49 @@ def test_hand_written_cuda_package_builds_its_extension_and_loads(hub, hub_env, 
 
     stock = kernels.get_kernel(repo, version=1, trust_remote_code=True)
     torch.testing.assert_close(stock.scale(x), 2.0 * x)
+
+
+KB_INIT = """import torch
+
+__all__ = ["relu"]
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x)
+"""
+
+
+def kernel_builder_dist(root: Path) -> Path:
+    """What kernel-builder writes for a pure-Python kernel: build/<variant>/{kb_relu/, metadata.json}, no digests."""
+    for variant in ("torch-universal", "torch-cpu"):
+        vdir = root / "build" / variant
+        (vdir / "kb_relu").mkdir(parents=True)
+        (vdir / "kb_relu" / "__init__.py").write_text(KB_INIT)
+        meta = {"id": f"_kb_relu_{variant.replace('-', '_')}_0a1b2c3", "name": "kb-relu", "version": 1,
+                "license": "apache-2.0", "python-depends": [], "backend": {"type": "cpu"}}  # fmt: skip
+        (vdir / "metadata.json").write_text(json.dumps(meta, indent=2))
+    return root
+
+
+def test_kernel_builder_output_publishes_unchanged_and_loads_with_stock_kernels(hub, hub_env, tmp_path):
+    from huggingface_hub import hf_hub_download
+
+    dist = kernel_builder_dist(tmp_path / "kb")
+    org, token = trusted_org(hub)
+    repo = publish(hub, org, token, "kb-relu", dist, tmp_path)
+    files = {}
+    for rel in ("build/torch-cpu/kb_relu/__init__.py", "build/torch-cpu/metadata.json"):
+        path = hf_hub_download(repo, rel, revision="v1", repo_type="kernel", endpoint=hub.url)
+        files[rel] = Path(path).read_bytes()
+    assert (
+        files["build/torch-cpu/kb_relu/__init__.py"] == KB_INIT.encode()
+    )  # the kernel as kernel-builder built it
+    meta = json.loads(files["build/torch-cpu/metadata.json"])
+    assert meta["id"] == "_kb_relu_torch_cpu_0a1b2c3" and meta["api"]["__all__"] == ["relu"]
+    assert "kb_relu/__init__.py" in meta["digest"]["files"] and meta["build"]["kind"] == "kernel-builder"
+
+    import kernels
+
+    stock = kernels.get_kernel(repo, version=1, trust_remote_code=True)
+    x = torch.randn(4, 7)
+    torch.testing.assert_close(stock.relu(x), torch.relu(x))
