@@ -25,6 +25,8 @@ def _http(e) -> str:
         return f"the hub refused the token (401: {said}); pass --token or set HF_TOKEN to a token of this hub"
     if status == 403:
         return f"not allowed (403: {said}); use a token that may write to this namespace"
+    if status == 507:
+        return f"the hub's storage is full ({status}: {said}); retrying will not help until space is freed"
     if status is not None and status >= 500:
         rid = f", request id {e.request_id}" if e.request_id else ""
         return f"the hub failed on {url} ({status}: {said}{rid}); see the hub's log, then retry"

@@ -30,7 +30,7 @@ from .pages import PageSection
 from .routing import find, split_raw_path
 from .storage import Storage, open_storage
 from .storage.accounts import Accounts
-from .storage.errors import unavailable
+from .storage.errors import storage_full, unavailable
 from .storage.repos import RepoStore
 from .web import Call, Hub, HubConfig, error_response
 
@@ -119,6 +119,9 @@ class HubApp:
         except ClientDisconnect:
             raise
         except Exception as e:
+            if (full := storage_full(e)) is not None:
+                log.error("storage full %s on %s %s: %s", request_id, request.method, _path(request), e)
+                return error_response(full)
             if (outage := unavailable(e)) is not None:
                 log.warning(
                     "storage unavailable %s on %s %s: %s", request_id, request.method, _path(request), e

@@ -35,6 +35,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "Internal": (500, "InternalError"),
     "BlobDamaged": (500, "BlobDamaged"),
     "XetNotSupported": (501, "XetNotSupported"),
+    "InsufficientStorage": (507, "InsufficientStorage"),
     "StorageUnavailable": (503, "StorageUnavailable"),
 }
 

@@ -112,15 +112,25 @@ class BlobWriter:
         return StagedBlob(self._hash.hexdigest(), None, self.size, file=self._file)
 
     def abort(self) -> None:
-        self._file.close()
-        if self._path is not None:
-            self._path.unlink(missing_ok=True)
+        try:
+            self._file.close()  # flushes what is buffered: on a full disk that fails too
+        except OSError:
+            pass
+        finally:
+            if self._path is not None:
+                self._path.unlink(missing_ok=True)
 
 
 def stage(writer: BlobWriter, data: bytes) -> StagedBlob:
-    """Stage inline content through `writer`; its git blob sha1 (the regular-file ETag) comes along."""
-    writer.write(data)
-    return replace(writer.finish(), sha1=git_blob_sha1(data))
+    """Stage inline content through `writer`; its git blob sha1 (the regular-file ETag) comes along.
+    A failed write (a full disk) leaves no temp file."""
+    try:
+        writer.write(data)
+        staged = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return replace(staged, sha1=git_blob_sha1(data))
 
 
 def release(staged: StagedBlob) -> None:
