@@ -69,7 +69,10 @@ def test_publish_says_the_disk_is_full_in_one_line(full_hub, tmp_path):
     root = Path(__file__).resolve().parents[2]
     dist = b.build(root / "kernel_src" / "fused_mlp", tmp_path / "dist", root / "build" / "matrix.toml",
                    aot=False, only=["torch-cpu"]).out  # fmt: skip
-    with open(blobs / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):  # fill it up, then leave 8 KiB
+    with (
+        open(blobs / "filler", "wb", buffering=0) as f,
+        contextlib.suppress(OSError),
+    ):  # fill it up, then leave 8 KiB
         while True:
             f.write(b"\0" * 4096)
     os.truncate(blobs / "filler", (blobs / "filler").stat().st_size - 8192)
