@@ -4,7 +4,8 @@ The bar is the package's eager `reference` (what `fallback="eager"` returns; the
 usually as fast or faster, but compiling it costs seconds per shape, more than the whole check may take).
 Each shape of `workloads.speed_workloads(device)` runs both, interleaved, in batches of calls: on a GPU
 timed by CUDA events around a stream of calls (what a host loop gets: launch cost included), on a CPU by
-process CPU time on one thread (see `timing_threads`). A kernel whose median paired time ratio exceeds 1 + `MARGIN[device]` on any shape is
+the wall clock on one thread (see `timing_threads`): what a user waits for, so an op that sleeps, waits
+on I/O or on another process is timed too (process CPU time did not see those). A kernel whose median paired time ratio exceeds 1 + `MARGIN[device]` on any shape is
 slower than its fallback and not served. Results — passes and failures alike, since a speed verdict
 does not flip between runs the way a flaky failure might — are cached per (commit, variant, device,
 torch) next to the check's, so a warm load does not time again.
@@ -13,6 +14,7 @@ torch) next to the check's, so a warm load does not time again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 import types
@@ -68,7 +70,7 @@ def time_calls(
     """µs per call of each callable: `rounds` samples of `batch` calls, interleaved and in alternating order.
 
     Interleaving makes drift (clocks, other processes) hit every callable alike. GPU: CUDA events around
-    the batch on the current stream, started with an idle queue; CPU: process CPU time. `stop(samples)`,
+    the batch on the current stream, started with an idle queue; CPU: the wall clock. `stop(samples)`,
     asked after every round, ends the timing early once the answer is clear.
     """
     for fn in calls.values():
@@ -96,10 +98,35 @@ def _batch_us(fn: Callable[[], object], device: str, batch: int) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / batch
-    t0 = time.process_time()
+    t0 = time.perf_counter()
     for _ in range(batch):
         fn()
-    return (time.process_time() - t0) * 1e6 / batch
+    return (time.perf_counter() - t0) * 1e6 / batch
+
+
+def speed_case(label: str, samples: dict[str, list[float]], device: str, margin: float) -> SpeedCase:
+    """The verdict of one timed shape. GPU: the median of paired kernel/fallback ratios. CPU (wall clock on a
+    shared machine, where other processes only ever add time): the ratio of the fastest batches."""
+    k, f = samples["kernel"], samples["fallback"]
+    if device == "cpu":
+        k_us, f_us = min(k), min(f)
+        ratio = k_us / f_us
+    else:
+        ratio = statistics.median(a / b for a, b in zip(k, f))
+        k_us, f_us = statistics.median(k), statistics.median(f)
+    return SpeedCase(label, round(k_us, 2), round(f_us, 2), round(ratio, 4), ratio <= 1 + margin)
+
+
+def confirmed_case(
+    label: str, timed: Callable[[], dict[str, list[float]]], device: str, margin: float
+) -> SpeedCase:
+    """speed_case of `timed()`; on a CPU a failing shape is timed once more and the better verdict kept: a
+    slow kernel is slow both times, a burst of other processes on a shared machine rarely hits twice."""
+    case = speed_case(label, timed(), device, margin)
+    if device == "cpu" and not case.passed:
+        again = speed_case(label, timed(), device, margin)
+        case = min(case, again, key=lambda c: c.ratio)
+    return case
 
 
 def _us(x: float) -> str:
@@ -177,14 +204,15 @@ def _compare(w: Workload, module, reference, device: str, dtype: torch.dtype) ->
         return result_problem(api_forward(w, a, module), api_forward(w, a, reference), dtype)
 
 
-def _decided(samples: dict[str, list[float]]) -> bool:
+def decided(samples: dict[str, list[float]]) -> bool:
     return samples["kernel"][-1] > DECISIVE * samples["fallback"][-1]
 
 
 @contextlib.contextmanager
 def timing_threads(device: str) -> Iterator[None]:
-    """On a CPU, time on one intra-op thread (restored afterwards): with `_batch_us` counting process CPU
-    time, other processes on a shared machine then do not skew a comparison. Nothing changes on a GPU."""
+    """On a CPU, time on one intra-op thread (restored afterwards): kernel and fallback then compete for one
+    core each round, and the interleaved rounds let other processes on a shared machine hit both alike.
+    Nothing changes on a GPU."""
     threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(1)
@@ -210,25 +238,17 @@ def _run_speed_check(module, reference, api: list[str], device: str) -> SpeedRes
     for w in speed_workloads(device):
         if w.op not in api:
             continue
+        calls = {"kernel": module, "fallback": reference}
         try:
-            s = time_workload(
-                w,
-                {"kernel": module, "fallback": reference},
-                device,
-                dtype,
-                rounds=rounds,
-                batch=batch,
-                warmup=2 if device == "cuda" else 1,
-                stop=_decided,
-            )
+            timed = functools.partial(time_workload, w, calls, device, dtype, rounds=rounds, batch=batch,
+                                      warmup=2 if device == "cuda" else 1, stop=decided)  # fmt: skip
+            case = confirmed_case(w.label, timed, device, margin)
             problem = _compare(w, module, reference, device, dtype)
         except Exception as e:  # a crashing kernel is refused; the reason names the shape and the error
             raise SpeedCheckCrashed(f"{w.label}: raised {type(e).__name__}: {e}") from e
         if problem is not None:
             raise SpeedCheckCrashed(f"{w.label}: wrong result: {problem}")
-        ratio = statistics.median(k / f for k, f in zip(s["kernel"], s["fallback"]))
-        k_us, f_us = statistics.median(s["kernel"]), statistics.median(s["fallback"])
-        cases.append(SpeedCase(w.label, round(k_us, 2), round(f_us, 2), round(ratio, 4), ratio <= 1 + margin))
+        cases.append(case)
     return SpeedResult(
         all(c.passed for c in cases),
         tuple(cases),

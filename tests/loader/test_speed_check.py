@@ -16,6 +16,14 @@ SLOW = (
     "return (_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation)",
     "return [(_GPU_OPS if x.is_cuda else _CPU_OPS).mlp(x, weights, biases, activation) for _ in range(4)][-1]",
 )
+# Correct numbers, 20 ms of waiting per call: no CPU time, but a user waits for it; the speed check must see it.
+SLEEPY = (
+    "return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)",
+    (
+        "__import__('time').sleep(0.02)\n"
+        "    return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)"
+    ),
+)
 # Right at the check's small shapes, NaN from 128 rows (the speed check's CPU shape): a broken large-tile path.
 WRONG_AT_SCALE = (
     "return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)",
@@ -112,3 +120,15 @@ def test_a_build_wrong_only_at_real_shapes_is_refused_by_the_speed_check(hub_env
         r"torch-cpu: speed check: gated_mlp M=128: wrong result: (\d+) of \1 outputs are NaN or infinite"
     )
     assert re.match(pattern, info["reason"]), info["reason"]
+
+
+def test_a_build_that_waits_in_its_ops_loses_the_speed_check(hub_env, publisher, run_python):
+    """The speed check times the ops a user calls by the clock a user waits on, not by CPU time."""
+    dist = publisher.build("sleepy", variants=["torch-cpu"], patch={"__init__.py": SLEEPY})
+    publisher.publish("sleepy", dist)
+    repo, env = f"{NAMESPACE}/sleepy", {**hub_env, **NO_INTERPRETER}
+    (info,) = run_python(LOADS.format(repo=repo, kwargs=[{}]), env)
+    assert info["source"] == "fallback-eager", info
+    assert re.match(rf"torch-cpu: slower than eager on cpu: gated_mlp M=128 {US} vs {US}", info["reason"]), (
+        info
+    )
