@@ -14,16 +14,17 @@ from __future__ import annotations
 import logging
 import os
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from registry.errors import KernelLoadError
 from registry.gcpause import gc_paused
 
 from .fallback import FALLBACK_MODES, build_fallback
-from .gates import cached_slow, check_gate, check_info, said, speed_gate, speed_info
+from .gates import cached_slow, check_gate, check_info, said, shape_gate, speed_gate, speed_info
 from .importer import load_variant, reference_in, reference_of
 from .plan import Load, Refused, plan_load
 from .resolve import trace_lines
+from .shape_speed import REFERENCE_ATTR, Shape, as_shape
 from .speed import SPEED_MODES
 from .trust import TrustRemoteCode
 from .verify import fetch_verified
@@ -74,6 +75,7 @@ def get_kernel(
     endpoint: str | None = None,
     token: str | None = None,
     backend: str | None = None,
+    shapes: Sequence[Shape | Mapping | tuple] | None = None,
 ) -> types.ModuleType:
     """Load `repo_id` at `version` (branch vN) or `revision`; see the module docstring for the steps.
 
@@ -82,8 +84,13 @@ def get_kernel(
     kernel that passed the check even when it is slower than its fallback. `lockfile` (a `kernels.lock`)
     names the commit instead of a version lookup; `sigstore_identities` are the workflows whose keyless
     signature (metadata.json.sigstore) may vouch for a build; `$LOCAL_KERNELS` loads from a folder here.
+    `shapes` (`shape_speed.Shape`s or their tuples, e.g. `("gated_mlp", (4096, 14336), "silu")`) are the
+    user's layer shapes: a variant that passed the speed check is also timed there (once per GPU, cached
+    per shape, unless speed_check=None) and refused when slower than its fallback at any of them; the
+    verdicts are in `__kernel_info__["speed"]["shapes"]`.
     """
     _check_arguments(repo_id, version, fallback, check, speed_check, trust_remote_code)
+    user_shapes = tuple(map(as_shape, shapes or ()))
     load = plan_load(
         repo_id,
         version,
@@ -102,7 +109,7 @@ def get_kernel(
     _log_plan(load, asked)
     attempts: list[str] = []
     for name in load.order:
-        module = _try_variant(load, name, attempts)
+        module = _try_variant(load, name, attempts, user_shapes)
         if module is not None:
             return module
     reason = "; ".join(attempts) if attempts else load.resolution.fallback_reason
@@ -130,7 +137,9 @@ def _log_plan(load: Load, asked: str) -> None:
     )
 
 
-def _try_variant(load: Load, name: str, attempts: list[str]) -> types.ModuleType | None:
+def _try_variant(
+    load: Load, name: str, attempts: list[str], shapes: tuple[Shape, ...] = ()
+) -> types.ModuleType | None:
     """`name` verified, imported, checked and timed, with its `__kernel_info__`; else None and why in `attempts`."""
     known_slow = cached_slow(load, name)
     if known_slow is not None:
@@ -147,6 +156,8 @@ def _try_variant(load: Load, name: str, attempts: list[str]) -> types.ModuleType
             "%s: check %s; speed check vs the fallback (speed_check=%s)", name, said(result), load.speed_check
         )
         speed = speed_gate(load, module, reference, api, name)
+        setattr(module, REFERENCE_ATTR, reference)  # shape_speed times the user's shapes against it
+        verdicts = shape_gate(load, module, reference, shapes, name)
     except Refused as e:
         attempts.append(f"{name}: {e}")
         log.info("%s: refused: %s", name, e)
@@ -161,7 +172,7 @@ def _try_variant(load: Load, name: str, attempts: list[str]) -> types.ModuleType
         "source": "hub" if load.local is None else "local",
         "reason": "; ".join([*attempts, f"{name}: {verdict.reason}"]),
         "check": check_info(result, load.check),
-        "speed": speed_info(speed),
+        "speed": {**speed_info(speed), **({"shapes": verdicts} if verdicts else {})},
         "verification": verification,
         "trust": verification.pop("trust"),
         "detail": verdict.detail,

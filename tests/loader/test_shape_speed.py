@@ -1,0 +1,71 @@
+"""The speed check at the user's shapes (`get_kernel(..., shapes=...)`, `shape_speed.kernel_wins`): CPU builds
+loaded with backend="cpu" in fresh interpreters with TRITON_INTERPRET=0, as in test_speed_check.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from loader_paths import NAMESPACE
+
+from registry.client.shape_speed import Shape, as_shape
+
+NO_INTERPRETER = {"TRITON_INTERPRET": "0"}
+GATED = ("gated_mlp", (1024, 4096), "silu", "float32")
+# Correct numbers, but 10 ms of waiting per call at hidden size 1024 only: the standard shapes pass.
+SLOW_AT_1024 = (
+    "return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)",
+    (
+        "if x.shape[-1] == 1024:\n"
+        "        __import__('time').sleep(0.01)\n"
+        "    return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)"
+    ),
+)
+LOAD = """
+import json, registry
+from registry.client.shape_speed import kernel_wins
+k = registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager", shapes=[{shape!r}])
+again = registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager", shapes=[{shape!r}])
+print(json.dumps([k.__kernel_info__, again.__kernel_info__, kernel_wins(k, {shape!r})]))
+"""
+
+
+def test_the_users_shape_is_timed_recorded_and_cached(hub_env, fused_mlp_v1, run_python):
+    repo, _, _ = fused_mlp_v1
+    info, again, wins = run_python(LOAD.format(repo=repo, shape=GATED), {**hub_env, **NO_INTERPRETER})
+    assert (info["source"], info["variant"]) == ("hub", "torch-cpu"), info["reason"]
+    (verdict,) = info["speed"]["shapes"]
+    assert verdict["shape"] == "gated_mlp 1024x4096 silu float32" and verdict["faster"] is True
+    assert [c["workload"] for c in verdict["cases"]] == ["gated_mlp M=1", "gated_mlp M=16"]
+    assert all(c["kernel_us"] > 0 and c["fallback_us"] > 0 for c in verdict["cases"])
+    assert (
+        again["speed"]["shapes"][0]["cached"] is True
+        and again["speed"]["shapes"][0]["cases"] == verdict["cases"]
+    )
+    assert wins is True
+
+
+def test_a_build_slow_only_at_the_users_shape_is_refused_there(hub_env, publisher, run_python):
+    dist = publisher.build("slow-at-1024", variants=["torch-cpu"], patch={"__init__.py": SLOW_AT_1024})
+    publisher.publish("slow-at-1024", dist)
+    repo, env = f"{NAMESPACE}/slow-at-1024", {**hub_env, **NO_INTERPRETER}
+    info, _, wins = run_python(LOAD.format(repo=repo, shape=GATED), env)
+    assert info["source"] == "fallback-eager", info
+    pattern = (
+        r"torch-cpu: slower than eager at the given shapes: gated_mlp 1024x4096 silu float32 gated_mlp M=1"
+    )
+    assert re.match(pattern, info["reason"]), info["reason"]
+    assert wins is False  # the fallback is the baseline: a module keeps its own forward
+
+
+def test_shapes_are_validated_with_what_to_pass():
+    assert as_shape(("linear", [768, 3072], "gelu")) == Shape("linear", (768, 3072), "gelu")
+    assert as_shape({"op": "mlp", "dims": (8, 16, 8), "activation": "relu", "bias": True}).key == (
+        "mlp 8x16x8 relu+bias bfloat16"
+    )
+    with pytest.raises(ValueError, match="gated_mlp takes \\(hidden, intermediate\\)"):
+        Shape("gated_mlp", (1, 2, 3), "silu")
+    with pytest.raises(ValueError, match="use one of"):
+        Shape("conv", (1, 2), "silu")
+    with pytest.raises(TypeError, match="use float16, bfloat16 or float32"):
+        Shape("linear", (1, 2), "none", dtype="int8")
