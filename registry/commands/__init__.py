@@ -17,6 +17,7 @@ _MODULES: list[str] = [
     "init",
     "build",
     "publish",
+    "mirror",
     "matrix",
     "bench",
     "variants",

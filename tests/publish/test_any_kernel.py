@@ -178,3 +178,32 @@ def test_kernel_builder_output_publishes_unchanged_and_loads_with_stock_kernels(
     stock = kernels.get_kernel(repo, version=1, trust_remote_code=True)
     x = torch.randn(4, 7)
     torch.testing.assert_close(stock.relu(x), torch.relu(x))
+
+
+def test_mirror_copies_every_version_between_two_hubs_with_signatures_kept(hub, hub_env, tmp_path):
+    from hub_process import HubProcess
+    from huggingface_hub import hf_hub_download
+
+    cli("init", "mirrored", "--dir", str(tmp_path), cwd=tmp_path)
+    cli("build", str(tmp_path / "mirrored"), "--out", str(tmp_path / "dist"), "--no-aot", cwd=tmp_path)
+    org, token = trusted_org(hub)
+    source = publish(hub, org, token, "mirrored", tmp_path / "dist", tmp_path)
+    ours = HubProcess(tmp_path / "mirror-hub").start()
+    try:
+        mirror_token = ours.token(f"{org}-user", write=[org])
+        ours.org(org, trusted=True, members=(f"{org}-user",))
+        argv = ["mirror", source, "--from", hub.url, "--endpoint", ours.url, "--token", mirror_token]
+        assert f"{source} v1 -> " in cli(*argv, cwd=tmp_path)
+        assert "(unchanged)" in cli(*argv, cwd=tmp_path)  # a second run finds the same tree and leaves it
+        for rel in ("build/torch-cpu/metadata.json", "build/torch-cpu/metadata.json.sig"):
+            original, copy = (
+                Path(hf_hub_download(source, rel, revision="v1", repo_type="kernel", endpoint=url,
+                                     cache_dir=tmp_path / name)).read_bytes()
+                for url, name in ((hub.url, "a"), (ours.url, "b"))
+            )  # fmt: skip
+            assert copy == original
+        m = get_kernel(source, version=1, backend="cpu", endpoint=ours.url)
+        assert m.__kernel_info__["verification"]["signed_by"]  # the original publisher's key, via the mirror
+        assert_checked_on_its_own_cases(m.__kernel_info__, "scaled_add")
+    finally:
+        ours.stop()

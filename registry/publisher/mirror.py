@@ -1,0 +1,106 @@
+"""`kernel-hub mirror`: copy a kernel repo's versions from any Hub-API server into ours, signatures kept.
+
+Every `vN` branch of the source is downloaded as it is (huggingface_hub's snapshot) and uploaded as `vN` of
+the target, byte for byte: metadata.json and its `.sig` / `.sigstore` stay the publisher's, so a loader
+verifies the mirror against the same key as the original. The publisher keys the tree ships
+(`keys/<id>.pub`) are registered for the target namespace where the target hub has a key registry. A
+version whose target branch already holds the same tree is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.utils.sha import git_hash
+
+from registry.spec import names, signing
+from registry.spec.signing import SignatureError
+
+from .errors import PublishError
+from .publish import REPO_TYPE, FileId, HubClient, check_repo_id, tree_problems
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MirrorResult:
+    source: str
+    target: str
+    versions: dict[int, str] = field(default_factory=dict)  # N -> target commit
+    unchanged: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _tree(folder: Path) -> dict[str, FileId]:
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts):
+        data = path.read_bytes()
+        out[path.relative_to(folder).as_posix()] = FileId(
+            len(data), git_hash(data), hashlib.sha256(data).hexdigest()
+        )
+    return out
+
+
+def mirror(
+    source: str,
+    target: str | None = None,
+    *,
+    source_endpoint: str | None = None,
+    source_token: str | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+) -> MirrorResult:
+    """Copy every vN of `source` (on `source_endpoint`) to `target` (default: the same id) on `endpoint`."""
+    target = target or source
+    check_repo_id(source)
+    namespace, _ = check_repo_id(target)
+    src = HfApi(endpoint=source_endpoint, token=source_token)
+    refs = src.list_repo_refs(source, repo_type=REPO_TYPE)
+    versions = sorted(names.versions({b.name: b.target_commit for b in refs.branches}).items())
+    if not versions:
+        raise PublishError(
+            f"{source} on {src.endpoint} has no version branch (v1, v2, ...): nothing to mirror"
+        )
+    dst = HubClient(endpoint, token)
+    dst.api.create_repo(target, repo_type=REPO_TYPE, exist_ok=True)
+    result = MirrorResult(source, target)
+    for n, commit in versions:
+        branch = names.version_branch(n)
+        with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
+            folder = Path(snapshot_download(source, repo_type=REPO_TYPE, revision=commit, local_dir=tmp,
+                                            endpoint=src.endpoint, token=source_token))  # fmt: skip
+            tree = {p: f for p, f in _tree(folder).items() if p != ".gitattributes"}
+            result.notes += _register_keys(dst, namespace, folder)
+            head = dst.branch_heads(target).get(branch)
+            if head is not None and not tree_problems(tree, dst.tree(target, head)):
+                result.versions[n] = head
+                result.unchanged.append(n)
+                continue
+            if head is None:
+                dst.api.create_branch(target, branch=branch, repo_type=REPO_TYPE)
+            info = dst.api.upload_folder(repo_id=target, folder_path=folder, repo_type=REPO_TYPE, revision=branch,
+                                         delete_patterns="*", ignore_patterns=[".cache/**"],
+                                         commit_message=f"Mirror {source}@{branch} ({commit[:12]})")  # fmt: skip
+            result.versions[n] = info.oid
+            log.info("%s %s -> %s %s (%s)", source, branch, target, branch, info.oid[:12])
+    return result
+
+
+def _register_keys(dst: HubClient, namespace: str, folder: Path) -> list[str]:
+    """Register the publisher keys the tree ships (keys/<id>.pub) for `namespace` on the target hub."""
+    notes = []
+    for path in sorted((folder / signing.KEYS_DIR).glob("*.pub")):
+        try:
+            pub = signing.read_key_file(f"{signing.KEYS_DIR}/{path.name}", path.read_text())
+        except SignatureError as e:
+            notes.append(f"{path.name} not registered: {e}")
+            continue
+        note = dst.register_key(namespace, pub)
+        if note:
+            notes.append(note)
+    return notes
