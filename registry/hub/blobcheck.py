@@ -1,7 +1,7 @@
 """What serving checks before it sends a blob (issue #11): never a 200 with wrong, short or no bytes.
 
 - The size, on every read, compared with the committed size before any header goes out. Missing or a
-  different size -> 500 `X-Error-Code: BlobDamaged` and a log line (and a wrong-size copy is quarantined).
+  different size -> 410 `X-Error-Code: BlobDamaged` and a log line (and a wrong-size copy is quarantined).
   Local files: a stat. Object stores: the size the ranged GET itself answers (`open`), so a download costs one
   request to the store, not a HEAD and then a GET; a HEAD request still asks the store for the size (`stat`).
 - The sha256, on the first read of each blob by this process (and again if its file changed: size,

@@ -33,7 +33,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "UnknownLfsObject": (422, "UnknownLfsObject"),
     "LfsObjectMismatch": (422, "LfsObjectMismatch"),
     "Internal": (500, "InternalError"),
-    "BlobDamaged": (500, "BlobDamaged"),
+    "BlobDamaged": (410, "BlobDamaged"),  # not 5xx: the stock clients retry those, and waiting fixes nothing
     "XetNotSupported": (501, "XetNotSupported"),
     "InsufficientStorage": (507, "InsufficientStorage"),
     "StorageUnavailable": (503, "StorageUnavailable"),

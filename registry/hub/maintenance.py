@@ -94,11 +94,18 @@ def gc(
 class FsckReport:
     checked: int = 0
     damaged: list[str] = field(default_factory=list)  # "<sha256>: why -> where it went"
-    missing: list[str] = field(default_factory=list)  # referenced sha256s that are not stored
+    missing: list[str] = field(default_factory=list)  # "<sha256> (used by ns/name:path, ...)"
 
     @property
     def ok(self) -> bool:
         return not self.damaged and not self.missing
+
+
+def _used_by(store: RepoStore, sha256: str) -> str:
+    """` (used by ns/name:path, ...)`: which repo files hold this content, so the operator knows what to
+    re-publish."""
+    users = store.users_of(sha256)
+    return f" (used by {', '.join(users)})" if users else ""
 
 
 def fsck(store: RepoStore, blobs: BlobStore, quarantine: bool = True) -> FsckReport:
@@ -121,7 +128,8 @@ def fsck(store: RepoStore, blobs: BlobStore, quarantine: bool = True) -> FsckRep
                 why = f"its bytes hash to {actual}"
         if why:
             where = blobs.quarantine(b.sha256, why) if quarantine else "left in place"
-            report.damaged.append(f"{b.sha256}: {why} -> {where}")
+            report.damaged.append(f"{b.sha256}: {why} -> {where}{_used_by(store, b.sha256)}")
     referenced = store.referenced_blobs()
-    report.missing = sorted(s for s in referenced - stored if not blobs.exists(s))
+    missing = sorted(s for s in referenced - stored if not blobs.exists(s))
+    report.missing = [f"{s}{_used_by(store, s)}" for s in missing]
     return report

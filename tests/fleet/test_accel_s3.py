@@ -174,10 +174,10 @@ def test_a_damaged_object_is_blob_damaged_through_nginx_and_a_reupload_heals_it(
     s3.put_object(Bucket=bucket, Key=key, Body=SMALL + b"!")  # another object, of another size
     for method in ("HEAD", "GET"):
         r = httpx2.request(method, url)
-        assert r.status_code == 500 and r.headers["x-error-code"] == "BlobDamaged", (method, r.status_code)
+        assert r.status_code == 410 and r.headers["x-error-code"] == "BlobDamaged", (method, r.status_code)
     s3.delete_object(Bucket=bucket, Key=key)
     r = httpx2.get(url)
-    assert r.status_code == 500 and r.headers["x-error-code"] == "BlobDamaged"
+    assert r.status_code == 410 and r.headers["x-error-code"] == "BlobDamaged"
     api.upload_file(path_or_fileobj=SMALL, path_in_repo="again.bin", repo_id=name)  # the publisher heals it
     for _ in range(4):
         assert httpx2.get(url).content == SMALL

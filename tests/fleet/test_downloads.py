@@ -84,6 +84,6 @@ def test_replicas_refuse_a_wrong_size_object_on_get_and_head(fleet):
     url = f"{fleet.url}/{user}/m/resolve/main/w.bin"
     for method in ("HEAD", "GET"):  # the first quarantines the copy; then every replica says it is missing
         r = httpx2.request(method, url)
-        assert r.status_code == 500 and r.headers["x-error-code"] == "BlobDamaged", (method, r.status_code)
+        assert r.status_code == 410 and r.headers["x-error-code"] == "BlobDamaged", (method, r.status_code)
     api.upload_file(path_or_fileobj=data, path_in_repo="again.bin", repo_id=f"{user}/m")  # heals it
     assert httpx2.get(url).content == data

@@ -112,7 +112,7 @@ def test_fsck_quarantines_a_damaged_object_and_replicas_refuse_to_serve_it(fleet
     assert fixed.returncode == 1 and f"damaged {key.rpartition('/')[2]}: its bytes hash to" in fixed.stdout
     assert "quarantine" in fixed.stdout and not _stored(fleet, bad)
     r = httpx2.get(f"{fleet.url}/{user}/m/resolve/main/bad.bin")
-    assert r.status_code >= 500 and r.headers["x-error-code"] == "BlobDamaged"  # never the wrong bytes
+    assert r.status_code == 410 and r.headers["x-error-code"] == "BlobDamaged"  # never the wrong bytes
     assert httpx2.get(f"{fleet.url}/{user}/m/resolve/main/good.bin").content == good
     api.upload_file(
         path_or_fileobj=bad, path_in_repo="bad-again.bin", repo_id=f"{user}/m"

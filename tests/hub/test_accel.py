@@ -82,4 +82,4 @@ def test_a_damaged_blob_is_refused_through_nginx_too(front):
     sha = hashlib.sha256(SMALL).hexdigest()
     (hub.data_dir / "blobs" / "sha256" / sha[:2] / sha).unlink()
     r = httpx2.get(f"{nginx.url}/kernels/acc/pub/resolve/main/small.bin")
-    assert r.status_code == 500 and r.headers["x-error-code"] == "BlobDamaged"
+    assert r.status_code == 410 and r.headers["x-error-code"] == "BlobDamaged"

@@ -4,15 +4,19 @@ Content-Length and a cut connection, or a temp file that stayed forever, before.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
+import io
 import os
 import time
 
 import httpx2
 import pytest
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, hf_hub_download
 
-from tests.conftest import HubProcess
+from registry.cli import main
+from tests.conftest import HubProcess, point_clients_at
 from tests.hub.conftest import temp_files
 
 REPO = "dmg/repo"
@@ -32,8 +36,6 @@ def damage_hub(tmp_path_factory):
 
 
 def blob_path(hub: HubProcess, name: str):
-    import hashlib
-
     sha = hashlib.sha256(FILES[name]).hexdigest()
     return hub.data_dir / "blobs" / "sha256" / sha[:2] / sha
 
@@ -43,7 +45,7 @@ def get(hub: HubProcess, name: str, method: str = "GET") -> httpx2.Response:
 
 
 def assert_blob_damaged(r: httpx2.Response) -> None:
-    assert r.status_code == 500 and r.headers["x-error-code"] == "BlobDamaged", (r.status_code, r.text)
+    assert r.status_code == 410 and r.headers["x-error-code"] == "BlobDamaged", (r.status_code, r.text)
     if r.request.method == "GET":
         assert "kernel-hub fsck" in r.json()["error"]
 
@@ -119,4 +121,36 @@ def test_start_removes_temp_files_of_dead_processes_only(tmp_path):
         assert "removed 2 temp files left by crashed processes" in hub.log()
     finally:
         os.close(fd)
+        hub.stop()
+
+
+def test_the_stock_client_stops_at_once_and_fsck_names_the_file(tmp_path, monkeypatch):
+    """Issue 43: a damaged blob was a 500, which hf_hub_download retried with back-off (~23 s a file) before
+    failing without saying why. Now it is one request, the error says BlobDamaged and `kernel-hub fsck`,
+    and fsck names the repo file that lost its content."""
+    hub = HubProcess(tmp_path / "data").start()
+    try:
+        api = HfApi(endpoint=hub.url, token=hub.token("dmg"))
+        api.create_repo(REPO, repo_type="kernel")
+        data = os.urandom(4000)
+        api.upload_file(path_or_fileobj=data, path_in_repo="build/x.bin", repo_id=REPO, repo_type="kernel")
+        sha = hashlib.sha256(data).hexdigest()
+        (hub.data_dir / "blobs" / "sha256" / sha[:2] / sha).unlink()
+        point_clients_at(monkeypatch, hub.url, tmp_path / "client")
+        started = time.monotonic()
+        with pytest.raises(Exception) as err:
+            hf_hub_download(REPO, "build/x.bin", repo_type="kernel", cache_dir=tmp_path / "c")
+        assert time.monotonic() - started < 5
+        chain, e = [], err.value
+        while e is not None:
+            chain.append(str(e))
+            e = e.__cause__ or e.__context__
+        assert any("410" in c and "kernel-hub fsck" in c for c in chain), chain
+        assert hub.log().count(f"/kernels/{REPO}/resolve/main/build/x.bin 410") == 1  # asked once
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            rc = main(["fsck", "--data", str(hub.data_dir)])
+        assert rc == 1 and f"missing {sha} (used by {REPO}:build/x.bin)" in out.getvalue()
+    finally:
         hub.stop()

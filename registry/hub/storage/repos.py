@@ -212,6 +212,18 @@ class RepoStore:
             lfs = c.execute(select(db.lfs_objects.c.oid).distinct()).scalars().all()
         return {*files, *lfs}
 
+    def users_of(self, sha256: str, limit: int = 3) -> list[str]:
+        """Up to `limit` `ns/name:path` that a commit stores with this content (what fsck names for a blob)."""
+        query = (
+            select(db.repos.c.namespace, db.repos.c.name, db.files.c.path)
+            .join(db.repos, db.repos.c.id == db.files.c.repo_id)
+            .where(db.files.c.sha256 == sha256)
+            .distinct()
+            .limit(limit)
+        )
+        with db.read_tx(self.engine) as c:
+            return [f"{r.namespace}/{r.name}:{r.path}" for r in c.execute(query).all()]
+
     def committed_sizes(self) -> dict[str, int]:
         """sha256 -> size, as the commits record them (fsck's reference)."""
         with db.read_tx(self.engine) as c:
