@@ -16,6 +16,7 @@ pages never import torch, kernels or huggingface_hub. A section's HTML is kept f
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import threading
@@ -36,6 +37,7 @@ from .errors import HubError
 from .manifest import Manifest
 from .routing import route
 from .signer import signer_of
+from .storage.blobs import BlobMissing
 from .web import Call
 
 MAX_RECORD_BYTES = 1024 * 1024
@@ -160,6 +162,8 @@ def _title(section: PageSection) -> str:
 
 def _backend(meta: dict) -> str:
     backend = meta.get("backend")
+    if isinstance(backend, str) and "unreadable" in backend:
+        return backend
     if not isinstance(backend, dict):
         return ""
     archs = ", ".join(map(str, backend.get("archs") or []))
@@ -179,8 +183,13 @@ def reader(call: Call, manifest: Manifest) -> Callable[[str], bytes]:
     """`read(path)`: the bytes of a file of this manifest (KeyError when absent)."""
 
     def read(path: str) -> bytes:
-        with call.hub.blobs.open(manifest[path].sha256) as f:
-            return f.read()
+        try:
+            with call.hub.blobs.open(manifest[path].sha256) as f:
+                return f.read()
+        except BlobMissing as e:  # a damaged blob (fsck): the page shows the rest, and says what is missing
+            raise FileNotFoundError(
+                f"{path} is unreadable on this hub ({e}); see `kernel-hub fsck`"
+            ) from None
 
     return read
 
@@ -192,7 +201,9 @@ def variants_of(manifest: Manifest, read: Callable[[str], bytes]) -> dict[str, d
     for v in names:
         try:
             meta = json.loads(read(metadata_path(v)))
-        except (KeyError, OSError, ValueError):
+        except OSError:
+            meta = {"backend": "metadata.json unreadable (a damaged file)"}
+        except (KeyError, ValueError):
             meta = {}
         out[v] = meta if isinstance(meta, dict) else {}
     return out
@@ -204,7 +215,12 @@ def compat_files(call: Call, repo, head: str | None) -> dict[str, bytes]:
         return {}
     manifest = call.hub.store.manifest(repo, head)
     read = reader(call, manifest)
-    return {p: read(p) for p, e in manifest.items() if p.endswith(".json") and e.size < MAX_RECORD_BYTES}
+    out = {}
+    for p, e in manifest.items():
+        if p.endswith(".json") and e.size < MAX_RECORD_BYTES:
+            with contextlib.suppress(OSError):  # an unreadable record is left out, not the page
+                out[p] = read(p)
+    return out
 
 
 def _versions(call: Call, repo) -> list[tuple[int, str]]:
@@ -254,7 +270,11 @@ def _readme(view: dict) -> Markup | None:
         return Markup("<p>README.md is {} bytes: <a href='{}'>read it here</a>.</p>").format(
             entry.size, f"{view['page_url']}#files"
         )
-    return render_markdown(view["read"]("README.md").decode("utf-8", errors="replace"))
+    try:
+        text = view["read"]("README.md").decode("utf-8", errors="replace")
+    except OSError:
+        return Markup("<p class='muted'>README.md is unreadable on this hub (a damaged file).</p>")
+    return render_markdown(text)
 
 
 def _kernel_repo(call: Call):
