@@ -61,6 +61,13 @@ def _gc(args: argparse.Namespace) -> int:
     )
     for b in r.branches:
         print(f"  branch {b}")
+    if r.kept_branches:
+        print(
+            f"kept {len(r.kept_branches)} publish branches younger than {args.publish_max_age:g} s (maybe a "
+            "publish still running; --publish-max-age 0 removes them too):"
+        )
+        for b in r.kept_branches:
+            print(f"  branch {b}")
     return 0
 
 

@@ -36,6 +36,7 @@ GRACE_S = 3600.0  # longer than any request: a staged blob is committed well wit
 class GcReport:
     temp_files: int = 0
     branches: list[str] = field(default_factory=list)  # "ns/name@branch"
+    kept_branches: list[str] = field(default_factory=list)  # younger than the limit: maybe a live publish
     blobs: int = 0
     blob_bytes: int = 0
     kept_recent: int = 0  # unreferenced, but younger than the grace period
@@ -54,7 +55,9 @@ def gc(
     if not dry_run:
         report.temp_files = blobs.clean_staging(grace_s)
     for repo, branch, head in store.branches_with_prefix(names.PUBLISH_BRANCH_PREFIX):
-        if (names.publish_branch_started(branch) or 0.0) >= now - publish_max_age_s:
+        started = names.publish_branch_started(branch) or 0.0
+        if started >= now - publish_max_age_s:
+            report.kept_branches.append(f"{repo.repo_id}@{branch} ({now - started:.0f} s old)")
             continue
         if not dry_run:
             try:

@@ -45,6 +45,7 @@ from registry.spec.variant import (
     metadata_path,
 )
 
+from . import inflight
 from .errors import ApiChanged, PublishError, VersionMoved
 from .foreign import adopt, is_foreign
 from .keyless import ambient_identity, ambient_signer
@@ -461,6 +462,7 @@ def publish(
         if key_note:
             notes.append(key_note)
             log.info(key_note)
+        remove_stale_publish_branches(client, repo_id, heads)
         if head is not None and not tree_problems(expected, client.tree(repo_id, head)):
             commit = head  # vN already holds exactly this signed build: moving it would change nothing
         else:
@@ -470,7 +472,6 @@ def publish(
                     f"pass --update to replace it (users of version={version} get the new build), or publish "
                     f"it as --version {next_free_version(heads)}"
                 )
-            remove_stale_publish_branches(client, repo_id, heads)
             log.info("uploading %d files of %s to %s", len(expected), dist, client.endpoint)
             commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
     return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
@@ -501,12 +502,20 @@ def remove_stale_publish_branches(client: HubClient, repo_id: str, heads: Mappin
         for b in sorted(heads)
         if (started := names.publish_branch_started(b)) is not None and now - started > names.STALE_PUBLISH_S
     ]
+    own = inflight.orphans(client.endpoint, repo_id)  # this machine's interrupted publishes: any age
+    records = {b: r for r, b in own}
+    stale += sorted({b for _, b in own if b in heads} - set(stale))
     for b in stale:
         error = client.delete_branch(repo_id, b)
         if error is None:
             log.info("removed %s, left behind by an interrupted publish", b)
+            if b in records:
+                inflight.done(records[b])
         else:
             log.warning("could not remove %s, left behind by an interrupted publish: %s", b, error)
+    for record, b in own:
+        if b not in heads:
+            inflight.done(record)  # its branch is gone already (gc, or never created)
     return stale
 
 
@@ -520,8 +529,9 @@ def _upload_and_swap(
 ) -> str:
     """Upload `stage` to a temporary branch, check its tree, CAS `branch` from `head` to it; return vN's commit."""
     temp = names.publish_branch(time.time(), uuid.uuid4().hex[:12])
-    client.api.create_branch(repo_id, branch=temp, revision=head, repo_type=REPO_TYPE)
+    record = inflight.start(client.endpoint, repo_id, temp)
     try:
+        client.api.create_branch(repo_id, branch=temp, revision=head, repo_type=REPO_TYPE)
         client.api.upload_folder(
             repo_id=repo_id,
             folder_path=stage,
@@ -549,15 +559,20 @@ def _upload_and_swap(
             return _swap_with_hub_api(client, repo_id, branch, head, final, stage, expected)
         return final
     finally:
-        error = client.delete_branch(repo_id, temp, _CLEANUP_WAITS_S)
-        if error is not None:
-            log.warning(
-                "could not delete the temporary branch %s (%s): the next publish to %s removes it, "
-                "as does `kernel-hub gc` on the hub",
-                temp,
-                " ".join(str(error).split())[:200],
-                repo_id,
-            )
+        try:
+            error = client.delete_branch(repo_id, temp, _CLEANUP_WAITS_S)
+            if error is None:
+                inflight.done(record)
+            else:
+                log.warning(
+                    "could not delete the temporary branch %s (%s): the next publish to %s removes it, "
+                    "as does `kernel-hub gc` on the hub",
+                    temp,
+                    " ".join(str(error).split())[:200],
+                    repo_id,
+                )
+        finally:
+            inflight.ended(record)  # interrupted here too (Ctrl-C again): the record is an orphan now
 
 
 def _swap_with_hub_api(

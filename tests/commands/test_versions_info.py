@@ -32,6 +32,9 @@ def _dist(tmp: Path, name: str, append: str) -> Path:
     shutil.copytree(ROOT / "kernel_src" / "fused_mlp", src, ignore=shutil.ignore_patterns("__pycache__"))
     with open(src / "__init__.py", "a") as f:
         f.write(append)
+    if "'extra'" in append:  # build.toml lists the public ops; an added one goes there too
+        toml = src / "build.toml"
+        toml.write_text(toml.read_text().replace('ops = ["act_and_mul",', 'ops = ["act_and_mul", "extra",'))
     return b.build(
         src, tmp / name / "dist", ROOT / "build" / "matrix.toml", aot=False, only=["torch-cpu"]
     ).out

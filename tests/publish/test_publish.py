@@ -37,6 +37,9 @@ def _changed_source(tmp: Path, name: str, append: str) -> Path:
     shutil.copytree(SOURCE, src, ignore=shutil.ignore_patterns("__pycache__"))
     with open(src / "__init__.py", "a") as f:
         f.write(append)
+    if "'extra'" in append:  # build.toml lists the public ops; an added one goes there too
+        toml = src / "build.toml"
+        toml.write_text(toml.read_text().replace('ops = ["act_and_mul",', 'ops = ["act_and_mul", "extra",'))
     return src
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -31,6 +34,9 @@ def _source(tmp: Path, name: str, append: str = "") -> Path:
     shutil.copytree(ROOT / "kernel_src" / "fused_mlp", src, ignore=shutil.ignore_patterns("__pycache__"))
     with open(src / "__init__.py", "a") as f:
         f.write(append)
+    if "'extra'" in append:  # build.toml lists the public ops; an added one goes there too
+        toml = src / "build.toml"
+        toml.write_text(toml.read_text().replace('ops = ["act_and_mul",', 'ops = ["act_and_mul", "extra",'))
     return src
 
 
@@ -217,3 +223,54 @@ def test_sources_given_as_dist_get_a_safe_suggestion(user):
     code, _, err = cli(user, ROOT / "kernel_src", 1)
     assert code == 1 and "holds kernel sources, not a built dist" in err
     assert "--out dist/fused-mlp" in err and "--out kernel_src" not in err
+
+
+def test_an_interrupted_publish_leaves_no_branch_after_the_next_publish(user, dists, monkeypatch, tmp_path):
+    """Issue 43: Ctrl-C twice (the second one during the cleanup) or a killed publisher left a publish/...
+    branch that the next publish kept for an hour. This machine's own interrupted publishes are recorded
+    (publisher/inflight.py), so the next publish removes their branches at any age, also when it moves
+    nothing."""
+    from registry.publisher import inflight
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert cli(user, dists["base"], 1)[0] == 0
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr("huggingface_hub.HfApi.upload_folder", interrupted)
+        m.setattr(publish.HubClient, "delete_branch", interrupted)
+        code, out, err = cli(user, dists["same_api"], 1)
+    assert code == 130 and err.strip().splitlines()[-1] == "kernel-hub publish: interrupted"
+    (ctrl_c,) = [b for b in _branches(user) if b.startswith(names.PUBLISH_BRANCH_PREFIX)]
+
+    # a publisher killed with -9 on this machine: its record names a process that is gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    killed = names.publish_branch(time.time(), "killed")
+    _api(user).create_branch(user["repo"], branch=killed, revision=_branches(user)["v1"], repo_type="kernel")
+    record = json.loads(next(inflight._folder().glob("*.json")).read_text())
+    (inflight._folder() / f"{dead.pid}-x.json").write_text(
+        json.dumps({**record, "branch": killed, "pid": dead.pid})
+    )
+    assert len(list(inflight._folder().glob("*.json"))) == 2
+
+    code, out, err = cli(user, dists["rebuilt"], 1)  # unchanged: no upload, but the cleanup runs
+    assert code == 0 and "unchanged" in out, err
+    assert not [b for b in _branches(user) if b.startswith(names.PUBLISH_BRANCH_PREFIX)]
+    assert f"removed {ctrl_c}, left behind by an interrupted publish" in err and killed in err
+    assert list(inflight._folder().glob("*.json")) == []
+
+
+def test_gc_reports_young_publish_branches_and_removes_them_on_request(hub, user, dists):
+    assert cli(user, dists["base"], 1)[0] == 0
+    young = names.publish_branch(time.time(), "other1")  # another machine's: maybe live
+    _api(user).create_branch(user["repo"], branch=young, revision=_branches(user)["v1"], repo_type="kernel")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["gc", "--dry-run", "--data", str(hub.data_dir)]) == 0
+    assert "kept" in out.getvalue() and f"branch {user['repo']}@{young} (" in out.getvalue()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["gc", "--publish-max-age", "0", "--data", str(hub.data_dir)]) == 0
+    assert young not in _branches(user)
