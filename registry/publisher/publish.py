@@ -178,14 +178,10 @@ def read_dist(dist: Path) -> dict[str, VariantMetadata]:
     build_dir = Path(dist) / BUILD_DIR
     variants = sorted(p for p in build_dir.glob(f"*/{METADATA}")) if build_dir.is_dir() else []
     if not variants:
-        if (
-            any(Path(dist).glob("*/__init__.py"))
-            or any(Path(dist).glob("build.toml"))
-            or (Path(dist) / "__init__.py").is_file()
-        ):
+        if any(Path(dist).glob("*/__init__.py")) or (Path(dist) / "__init__.py").is_file():
             raise PublishError(
-                f"{dist} holds kernel sources, not a built dist: run `kernel-hub build {dist} --out dist/<name>`, "
-                "then publish dist/<name>"
+                f"{dist} holds kernel sources, not a built dist: run `kernel-hub build --source <package> "
+                "--out dist/fused-mlp`, then publish dist/fused-mlp"
             )
         raise PublishError(
             f"{dist} has no build/<variant>/metadata.json: run `kernel-hub build --out {dist}` first"
