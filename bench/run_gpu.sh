@@ -44,7 +44,8 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader || true
 WORK="$(mktemp -d)"
-CUDA_VARIANT=torch-stable-abi211-cu130-x86_64-linux
+CUDA_VARIANT=$(python3 -c 'import tomllib; m = tomllib.load(open("build/matrix.toml", "rb"))
+print(next(name for name, v in m["variants"].items() if v.get("kind") == "cuda"))')  # the matrix names it
 CUDA_DIR="$DIST/build/$CUDA_VARIANT"
 hub() { python3 -m registry.cli "$@"; }
 

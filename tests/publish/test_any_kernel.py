@@ -105,7 +105,7 @@ def test_hand_written_cuda_package_builds_its_extension_and_loads(hub, hub_env, 
     source = tmp_path / "cuda-scale"
     shutil.copytree(CUDA_PACKAGE, source)
     out = cli("build", str(source), "--out", str(tmp_path / "dist"), "--require-cuda", cwd=tmp_path)
-    variant = "torch-stable-abi211-cu130-x86_64-linux"
+    variant = read_package(CUDA_PACKAGE).stable_abi_variant
     assert "CUDA extension _C.abi3.so from 2 source(s) for sm_80" in out
     vdir = tmp_path / "dist" / "build" / variant
     meta = json.loads((vdir / "metadata.json").read_text())
