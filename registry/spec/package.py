@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .arch import parse_sm
+from .arch import parse_arch, parse_sm
 from .build_matrix import MatrixConfigError, VariantSpec
 
 BUILD_TOML = "build.toml"
@@ -28,7 +28,6 @@ TRITON_VARIANT = "torch-cuda"
 DEFAULT_TORCH_TARGET = "2.11"
 DEFAULT_CUDA = "13.0"
 _NAME = re.compile(r"[a-z][a-z0-9-]*")
-_CAPABILITY = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")
 
 
 class PackageConfigError(MatrixConfigError):
@@ -122,12 +121,16 @@ class KernelPackage:
 
 def capability_arch(capability: str) -> tuple[str, bool]:
     """("sm_90a", ptx?) for kernel-builder's cuda-capabilities entry "9.0a" ("12.0+PTX" -> ("sm_120", True))."""
-    m = _CAPABILITY.fullmatch(capability)
-    if not m:
+    dotted, plus, rest = capability.partition("+")
+    try:
+        arch = parse_arch(dotted)
+    except ValueError:
+        arch = None
+    if arch is None or arch.dotted() != dotted or (plus and rest != "PTX"):
         raise PackageConfigError(
             f"cuda-capabilities entry {capability!r} is not like '8.0', '9.0a' or '12.0+PTX'"
         )
-    return f"sm_{m[1]}{m[2]}{m[3]}", bool(m[4])
+    return arch.name, bool(plus)
 
 
 def _strings(table: Mapping, key: str, where: str) -> tuple[str, ...]:
