@@ -225,17 +225,62 @@ def timing_threads(device: str) -> Iterator[None]:
 def run_speed_check(
     module: types.ModuleType, reference: types.ModuleType, api: list[str], device: str
 ) -> SpeedResult:
-    """Time `module` against `reference` on `speed_workloads(device)` (ops outside `api` are left out)."""
+    """Time `module` against `reference` on the shapes the reference declares (`speed_cases`), else on
+    `speed_workloads(device)` (ops outside `api` are left out)."""
     with timing_threads(device):
         return _run_speed_check(module, reference, api, device)
+
+
+def declared_case(
+    case: Mapping, module, reference, device: str, dtype: torch.dtype, margin: float, rounds: int, batch: int
+) -> SpeedCase:
+    """Time one shape the package's reference declares (`speed_cases`), and compare the two results there."""
+    op, args, kwargs = case["op"], tuple(case["args"]), dict(case.get("kwargs") or {})
+    label = f"{op} {case['name']}"
+
+    def call(m):
+        fn = getattr(m, op)
+
+        def run():
+            with torch.no_grad():
+                return fn(*args, **kwargs)
+
+        return run
+
+    calls = {"kernel": call(module), "fallback": call(reference)}
+    try:
+        timed = functools.partial(time_calls, calls, device, rounds=rounds, batch=batch,
+                                  warmup=2 if device == "cuda" else 1, stop=decided)  # fmt: skip
+        timed_case = confirmed_case(label, timed, device, margin)
+        problem = result_problem(calls["kernel"](), calls["fallback"](), dtype)
+    except Exception as e:  # a crashing kernel is refused; the reason names the shape and the error
+        raise SpeedCheckCrashed(f"{label}: raised {type(e).__name__}: {e}") from e
+    if problem is not None:
+        raise SpeedCheckCrashed(f"{label}: wrong result: {problem}")
+    return timed_case
+
+
+def _declared(reference, api: list[str], device: str, dtype: torch.dtype) -> list[Mapping] | None:
+    """The shapes the package's reference declares for this device (`speed_cases(device, dtype)`: mappings with
+    `op`, `name`, `args` already on `device` in `dtype`, optional `kwargs`), or None: the fused-MLP workloads."""
+    declared = getattr(reference, "speed_cases", None)
+    if declared is None:
+        return None
+    try:
+        return [c for c in declared(device, dtype) if c["op"] in api]
+    except Exception as e:  # the package's own code: a broken declaration refuses the kernel, with why
+        raise SpeedCheckCrashed(f"reference.speed_cases: {type(e).__name__}: {e}") from e
 
 
 def _run_speed_check(module, reference, api: list[str], device: str) -> SpeedResult:
     start = time.perf_counter()
     dtype, margin = speed_dtype(device), MARGIN[device]
     rounds, batch = ROUNDS_BATCH[device]
-    cases = []
-    for w in speed_workloads(device):
+    declared = _declared(reference, api, device, dtype)
+    cases = [
+        declared_case(c, module, reference, device, dtype, margin, rounds, batch) for c in declared or ()
+    ]
+    for w in speed_workloads(device) if declared is None else ():
         if w.op not in api:
             continue
         calls = {"kernel": module, "fallback": reference}

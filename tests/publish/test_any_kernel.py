@@ -125,6 +125,8 @@ def test_hand_written_cuda_package_builds_its_extension_and_loads(hub, hub_env, 
     m = get_kernel(repo, version=1, backend="cpu")
     assert_checked_on_its_own_cases(m.__kernel_info__, "scale")
     assert f"reject {variant}: no CUDA device" in m.__kernel_info__["trace"]
+    speed = m.__kernel_info__["speed"]  # timed at the shape its reference declares, not fused-MLP workloads
+    assert speed["status"] == "passed" and [c["workload"] for c in speed["cases"]] == ["scale 1024x1024"]
     x = torch.randn(4, 9)
     torch.testing.assert_close(m.scale(x, 3.0), 3.0 * x)
 
