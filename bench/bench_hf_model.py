@@ -278,7 +278,11 @@ def main(argv=None) -> None:
         gc.collect()  # the model and its float64 copy go before the next one is built
         torch.cuda.empty_cache()
     if "compile" not in args.skip:
-        compiled_rows(run, repo)
+        try:
+            compiled_rows(run, repo)
+        except Exception as e:  # noqa: BLE001 - the rows so far still print
+            traceback.print_exc()
+            run.report["errors"].append(f"compile: {type(e).__name__}: {e}")
     harness.append_csv("hf_model", run.report["rows"], ("model", "row"), ("tokens_per_s", "ms", "peak_gb",
                        "rel_err", "mlp_us", "mlp_share"), args.csv)  # fmt: skip
     harness.write_json(args.json, run.report)

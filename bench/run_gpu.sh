@@ -156,7 +156,7 @@ stage_ab() {  # ab_tests_LABEL.log, ab_paths_LABEL_ROUND.json; one process per b
 }
 stage_hfmodel() {
   if [ -z "${URL:-}" ]; then log "hfmodel stage skipped: kernelize loads from the hub"; return; fi
-  [ "$T_HFTESTS" -gt 0 ] && { timeout "$T_HFTESTS" python3 -m pytest -m gpu -q -p no:cacheprovider \
+  [ "$T_HFTESTS" -gt 0 ] && { timeout "$T_HFTESTS" python3 -m pytest -m gpu -v -p no:cacheprovider \
     tests/loader/test_transformers_models.py > "$OUT/hf_tests.log" 2>&1; tail -3 "$OUT/hf_tests.log"; }
   # The script skips rows past its deadline and writes its JSON after each: the margin is for the row under way.
   # shellcheck disable=SC2086
