@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 import transformers
-from kernels import Mode, kernelize, use_kernel_mapping
+from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping
 
 from registry import kernel_report, mlp_kernel_mapping
 from registry.client.models import replaced_modules
@@ -167,6 +167,34 @@ def test_report_without_restore_keeps_the_kernels(repo):
     assert len(replaced_modules(model)) == 2
     assert report.restore_slower(model) == ["transformer.h.0.mlp", "transformer.h.1.mlp"]
     assert replaced_modules(model) == []
+
+
+@use_kernel_forward_from_hub("SwiGLUMLP")
+class MarkedMLP(torch.nn.Module):
+    """A gated block its library already marks for hub kernels (as transformers' decorator does)."""
+
+    def __init__(self, hidden: int = 32, inner: int = 48):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(hidden, inner, bias=False)
+        self.up_proj = torch.nn.Linear(hidden, inner, bias=False)
+        self.down_proj = torch.nn.Linear(inner, hidden, bias=False)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_a_block_marked_by_its_library_keeps_its_name(repo):
+    model = torch.nn.Sequential(MarkedMLP())
+    mapping = mlp_kernel_mapping(model, repo, version=1)
+    assert list(mapping) == ["SwiGLUMLP"] and mapping["SwiGLUMLP"]["cpu"].layer_name == "GatedMLP"
+    x = torch.randn(3, 32)
+    with torch.no_grad():
+        want = model.double()(x.double())
+        model.float()
+        kernelized(model, repo)
+        assert [layer for *_, layer in replaced_modules(model)] == ["GatedMLP"]
+        assert rel_err(model(x), want) <= TOL[torch.float32]
 
 
 def test_a_model_without_our_blocks_is_refused(repo):
