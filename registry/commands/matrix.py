@@ -40,7 +40,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--matrix",
         type=Path,
-        help="build/matrix.toml to read the environments from (default: the one here or in a parent folder)",
+        help="build/matrix.toml to read the environments from (default: what the version promises in its "
+        "metadata; for versions built without that, the matrix file here or in a parent folder)",
     )
     p.add_argument("--output", type=Path, help="write the rendering here instead of stdout")
     p.set_defaults(func=run)
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     from registry.errors import UsageError
     from registry.matrix import build_matrix, load_config, render_html_page, render_json, render_markdown
+    from registry.matrix.config import promised_config
     from registry.matrix.store import (
         MatrixSourceError,
         check_records,
@@ -88,7 +90,13 @@ def run(args: argparse.Namespace) -> int:
     )
 
     api = HfApi(endpoint=args.endpoint, token=args.token)
-    config = load_config(args.matrix)
+
+    def config_for(variants):
+        """--matrix when given, else what the version promises, else build/matrix.toml here (older builds)."""
+        if args.matrix:
+            return load_config(args.matrix)
+        return promised_config(variants) or load_config(None)
+
     try:
         if args.version is None:
             if args.check:
@@ -110,18 +118,20 @@ def run(args: argparse.Namespace) -> int:
                 record.variant or record.source,
                 url,
             )
-        matrices = [
-            build_matrix(
-                config,
-                repo=args.repo,
-                version=n,
-                commit=commit,
-                variants=variant_metadata(api, args.repo, commit),
-                records=check_records(api, args.repo, commit),
-                speed=speed_records(api, args.repo, commit),
+        matrices = []
+        for n, commit in targets:
+            variants = variant_metadata(api, args.repo, commit)
+            matrices.append(
+                build_matrix(
+                    config_for(variants),
+                    repo=args.repo,
+                    version=n,
+                    commit=commit,
+                    variants=variants,
+                    records=check_records(api, args.repo, commit),
+                    speed=speed_records(api, args.repo, commit),
+                )
             )
-            for n, commit in targets
-        ]
     except HfHubHTTPError as e:  # the hub refused a request: a source error like a missing version
         raise MatrixSourceError(str(e)) from e
     if not matrices:

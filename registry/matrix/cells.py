@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from kernels.backends import CUDA
 from kernels.variants import NoarchVariant, parse_variant
 
-from registry.client.resolve import Resolution, Verdict, resolve_variant
+from registry.client.resolve import Env, Resolution, Verdict, resolve_variant
 from registry.client.speed_records import SpeedRecord, recorded_order, records_for
 
-from .config import MatrixConfig, MatrixEnv
+from .config import CPU_ROW, MatrixConfig, MatrixEnv
 from .records import CheckRecord
 
 FALLBACK = "fallback: torch.compile"
@@ -89,6 +89,8 @@ class Matrix:
 
 
 def describe_env(env: MatrixEnv) -> str:
+    if env.gpu_arch == CPU_ROW:
+        return f"CPU torch {env.torch} Python {env.python} {env.cpu}-{env.os}"
     return f"{env.gpu_arch} torch {env.torch} CUDA {env.cuda} Python {env.python} {env.cpu}-{env.os}"
 
 
@@ -125,6 +127,12 @@ def cell_for(
     variants: Mapping[str, Mapping], env: MatrixEnv, triton: str, speed: Iterable[SpeedRecord] = ()
 ) -> Cell:
     """The cell of one environment: the loader's decision on the variants' metadata and speed records, no hardware."""
+    if env.gpu_arch == CPU_ROW:  # no GPU: the CPU build is the kernel there (kernels' backend="cpu")
+        cpu_env = Env(env.os, env.cpu, env.python, env.torch, None, None, None)
+        resolution = resolve_variant(variants, cpu_env, backend="cpu")
+        if resolution.chosen is None:
+            return Cell(env, None, "", "the version has no CPU variant")
+        return Cell(env, resolution.chosen, "CPU", resolution.verdicts[0].reason)
     loader_env = env.to_env(triton)
     resolution = resolve_variant(variants, loader_env)
     records = records_for(speed, env.gpu_arch, env.torch)

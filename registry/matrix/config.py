@@ -7,15 +7,25 @@ Pure: `parse_config` takes the parsed TOML mapping; only `load_config` reads a f
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry.client.resolve import Env
-from registry.spec.build_matrix import MatrixConfigError, read_toml
+from registry.spec.build_matrix import PROMISE_KEY, MatrixConfigError, read_toml
 
-__all__ = ["AXES", "MatrixConfig", "MatrixConfigError", "MatrixEnv", "load_config", "parse_config"]
+__all__ = [
+    "AXES",
+    "CPU_ROW",
+    "MatrixConfig",
+    "MatrixConfigError",
+    "MatrixEnv",
+    "load_config",
+    "parse_config",
+    "promised_config",
+]
 
 AXES = ("gpu_arch", "torch", "cuda", "python", "cpu", "os")
 UNKNOWN_TRITON = "unknown"
@@ -48,11 +58,17 @@ class Exclude:
         return all(getattr(env, axis) in values for axis, values in self.match.items())
 
 
+CPU_ROW = "cpu"  # gpu_arch of a CPU row: a machine without a CUDA device, served by the CPU build
+NO_CUDA = "-"
+
+
 @dataclass(frozen=True)
 class MatrixConfig:
     axes: Mapping[str, tuple[str, ...]]
     excludes: tuple[Exclude, ...]
     triton_for_torch: Mapping[str, str]
+    gpu: bool = True  # the GPU product of the axes is promised
+    cpu_rows: bool = False  # machines without a GPU are promised too (torch x python x cpu x os)
 
     def triton_for(self, torch: str) -> str:
         """Triton version the torch minor pins, or "unknown" (then only JIT, never an AOT cubin, fits)."""
@@ -61,7 +77,14 @@ class MatrixConfig:
     def environments(self) -> list[MatrixEnv]:
         """Every promised environment, sorted: the product of the axes minus the excludes."""
         envs = (MatrixEnv(*combo) for combo in itertools.product(*(self.axes[a] for a in AXES)))
-        return sorted(e for e in envs if not any(x.covers(e) for x in self.excludes))
+        out = sorted(e for e in envs if not any(x.covers(e) for x in self.excludes)) if self.gpu else []
+        if self.cpu_rows:
+            a = self.axes
+            out += sorted(
+                MatrixEnv(CPU_ROW, t, NO_CUDA, py, cpu, os_)
+                for t, py, cpu, os_ in itertools.product(a["torch"], a["python"], a["cpu"], a["os"])
+            )
+        return out
 
     def excluded_by(self, env: MatrixEnv) -> str | None:
         """Reason of the first exclude that covers `env`, None when `env` is promised."""
@@ -106,6 +129,21 @@ def parse_config(data: Mapping) -> MatrixConfig:
         excludes.append(Exclude(match, reason))
     triton = dict(envs.get("triton_for_torch", {}))
     return MatrixConfig(axes, tuple(excludes), triton)
+
+
+def promised_config(variants: Mapping[str, Mapping]) -> MatrixConfig | None:
+    """The environments a published version promises (`promise` in its metadata.json, written by
+    `kernel-hub build`), None for a version built before builds recorded it (then build/matrix.toml says)."""
+    types = {(m.get("backend") or {}).get("type") for m in variants.values() if isinstance(m, Mapping)}
+    for meta in variants.values():
+        promise = meta.get(PROMISE_KEY) if isinstance(meta, Mapping) else None
+        if isinstance(promise, Mapping) and isinstance(promise.get("environments"), Mapping):
+            config = parse_config({"environments": promise["environments"]})
+            # GPU rows where the version has a CUDA build, CPU rows where it has a CPU one
+            return dataclasses.replace(
+                config, gpu="cuda" in types, cpu_rows=bool(types & {"cpu", "universal"})
+            )
+    return None
 
 
 def load_config(path: Path | None = None) -> MatrixConfig:

@@ -8,6 +8,7 @@ bytes. Records that do not parse are skipped here (a web page must render), and 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +19,7 @@ from registry.client.speed_records import SPEED_DIR, SpeedRecordError, parse_spe
 from registry.spec.variant import variant_of
 
 from .cells import Matrix, build_matrix
-from .config import MatrixConfig, load_config
+from .config import MatrixConfig, load_config, promised_config
 from .records import RecordError, commit_dir, parse_record
 from .render import render_html
 from .speed_chart import render_speed_html
@@ -57,7 +58,7 @@ def matrix_from_files(
         except (ValueError, RecordError, SpeedRecordError) as e:
             warnings.append(f"compat:{path}: {e}")
     matrix = build_matrix(
-        config or load_config(),
+        config or promised_config(variants) or load_config(),
         repo=repo,
         version=version,
         commit=commit,
@@ -80,6 +81,13 @@ class MatrixSection:
 
     def __call__(self, **page) -> str:
         """`page`: the PageSection keywords (repo, version, commit, paths, read, compat), as matrix_from_files takes them."""
-        matrix, warnings = matrix_from_files(**page, config=load_config(self.matrix_path))
+        variants = {}
+        for path in page["paths"]:
+            if variant_of(path) is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    variants[variant_of(path)] = json.loads(page["read"](path))
+        # The version's own promise first; build/matrix.toml only for versions built before builds recorded one.
+        config = promised_config(variants) or load_config(self.matrix_path)
+        matrix, warnings = matrix_from_files(**page, config=config)
         notes = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
         return render_html(matrix) + (f"<ul>{notes}</ul>" if notes else "") + render_speed_html(matrix.speed)

@@ -2,7 +2,8 @@
 
 Markdown and HTML collapse the product so a table stays readable: one row per GPU arch × CUDA ×
 torch range (adjacent torch minors with identical cells merge), one column per CPU, and Python
-versions folded into a cell unless they differ. JSON keeps every environment as its own entry.
+versions folded into a cell unless they differ; HTML (the hub's pages) further merges rows that say the same
+everywhere (`compact`). CPU rows (GPU "cpu") are machines without a GPU. JSON keeps every environment.
 """
 
 from __future__ import annotations
@@ -119,6 +120,30 @@ def table(matrix: Matrix) -> tuple[list[str], list[Row]]:
     return cpus, rows
 
 
+def compact(rows: list[Row]) -> list[Row]:
+    """Rows whose every cell says the same (and carries no recorded check) become one row listing their GPU
+    archs, CUDA and torch versions: a page shows one "fallback" line, not one per arch and CUDA."""
+    merged: dict[tuple, list[Row]] = {}
+    order: list[tuple] = []
+    for r in rows:
+        key = tuple(c[:2] for c in r.cells) if not any(c[2] for c in r.cells) else ("row", id(r))
+        if key not in merged:
+            order.append(key)
+        merged.setdefault(key, []).append(r)
+    out = []
+    for key in order:
+        group = merged[key]
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+
+        def joined(field: str, group=group) -> str:
+            return ", ".join(dict.fromkeys(getattr(r, field) for r in group))
+
+        out.append(Row(joined("gpu_arch"), joined("cuda"), joined("torch"), group[0].cells))
+    return out
+
+
 def _same(a: tuple, b: tuple) -> bool:
     return all(x[:2] == y[:2] and not x[2] and not y[2] for x, y in zip(a, b, strict=True))
 
@@ -232,6 +257,7 @@ def render_html(matrix: Matrix) -> str:
     """An HTML fragment (a <section> with its own scoped CSS) the hub's kernel page embeds per version."""
     e = html.escape
     cpus, rows = table(matrix)
+    rows = compact(rows)
     parts = [
         f'<section class="kh-matrix" id="matrix-v{matrix.version}"><style>{_CSS}</style>',
         f"<h3>Compatibility matrix v{matrix.version} <code>{e(matrix.commit[:12])}</code></h3>",

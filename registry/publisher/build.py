@@ -15,6 +15,7 @@ that run a subprocess (API extraction, AOT compile) so build-time imports never 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -31,7 +32,7 @@ from types import ModuleType
 from registry.errors import KernelHubError
 from registry.spec import digest
 from registry.spec.arch import parse_sm
-from registry.spec.build_matrix import BuildMatrix, VariantSpec, read_matrix
+from registry.spec.build_matrix import PROMISE_KEY, BuildMatrix, VariantSpec, promise_of, read_matrix
 from registry.spec.names import is_commit
 from registry.spec.package import BUILD_TOML, KernelPackage, read_package
 from registry.spec.variant import ArchEntry, VariantMetadata
@@ -337,6 +338,7 @@ def build(
                 matrix,
                 scratch=Path(cache),
                 pkg=pkg,
+                promise=promise_of(matrix.data),
             )
             results = [_build_variant(plan, staging / "build" / plan.name, ctx) for plan in plans]
         (staging / MARKER).write_text(marker_text(package_dir))
@@ -393,6 +395,9 @@ class _Context:
     # The Triton variant's loose AOT cubins of this build (the CUDA variant reuses them).
     cubins: Path | None = None
     pkg: KernelPackage | None = None  # the build.toml, when the package has one
+    promise: dict | None = (
+        None  # the environments this build serves, in every metadata.json (spec.build_matrix)
+    )
 
     @property
     def own_cuda(self) -> bool:
@@ -513,6 +518,8 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
         provenance=ctx.provenance,
         version=opts.version,
     )
+    if ctx.promise is not None:
+        meta = dataclasses.replace(meta, extra={**meta.extra, PROMISE_KEY: ctx.promise})
     meta.write(vdir)
     log.info("[%s] built %s: %d files", plan.name, ident, len(files))
     return VariantResult(plan.name, vdir, "built", notes)

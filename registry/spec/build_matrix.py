@@ -8,6 +8,7 @@ that has one (a checkout, run from any of its folders). Never relative to where 
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,3 +125,19 @@ def parse_matrix(data: Mapping, path: Path | None = None) -> BuildMatrix:
         )
     kernel = data.get("kernel") or {}
     return BuildMatrix(path, kernel, tuple(variants), data)
+
+
+PROMISE_KEY = "promise"  # metadata.json key: the environments the version was built to serve
+
+
+def promise_of(data: Mapping) -> dict | None:
+    """What a build promises, for every variant's metadata.json: the matrix file's `[environments]`; None
+    without one. The same bytes whichever variants one build makes (builds are reproducible per variant):
+    readers promise the GPU rows when the version has a CUDA variant, the CPU rows when it has a CPU one.
+
+    `kernel-hub matrix` and the hub's pages read it from the published version, so they need no checkout.
+    """
+    envs = data.get("environments")
+    if not isinstance(envs, Mapping):
+        return None
+    return {"environments": json.loads(json.dumps(envs))}
