@@ -83,7 +83,11 @@ def test_init_build_publish_load(hub, hub_env, tmp_path):
     assert "my_kernel/cubins/" + meta["triton"][0] + "/sm_80.zip" in meta["digest"]["files"]
     assert not (tmp_path / "dist" / "build" / "torch-cpu" / "my_kernel" / "cubins").exists()
     cli("build", str(project), "--out", str(tmp_path / "again"), "--arch", "sm_80", cwd=tmp_path)
-    for variant in ("torch-cuda", "torch-cpu", "torch-universal"):  # same sources, same bytes (cubins included)
+    for variant in (
+        "torch-cuda",
+        "torch-cpu",
+        "torch-universal",
+    ):  # same sources, same bytes (cubins included)
         rel = f"build/{variant}/metadata.json"
         assert (tmp_path / "again" / rel).read_bytes() == (tmp_path / "dist" / rel).read_bytes()
 
