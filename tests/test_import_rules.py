@@ -103,11 +103,37 @@ PARTS = (
     "registry.spec",
     "registry.matrix",
     "registry.commands",
+    "registry.wire",
 )
 # part -> what neither its files nor anything its module-level imports pull in may import
 RULES = {
-    "registry.hub": (*HEAVY, "registry.client", "registry.publisher", "registry.matrix", "registry.commands"),
-    "registry.spec": (*HEAVY, "registry.client", "registry.publisher", "registry.hub", "registry.matrix"),
+    "registry.hub": (
+        *HEAVY,
+        "registry.client",
+        "registry.publisher",
+        "registry.matrix",
+        "registry.commands",
+        "registry.wire",
+    ),
+    "registry.spec": (
+        *HEAVY,
+        "registry.client",
+        "registry.publisher",
+        "registry.hub",
+        "registry.matrix",
+        "registry.wire",
+    ),
+    # the one hub wire client of the consumer, the publisher and the matrix: huggingface_hub, spec, nothing above
+    "registry.wire": (
+        "torch",
+        "triton",
+        "kernels",
+        "registry.client",
+        "registry.publisher",
+        "registry.hub",
+        "registry.matrix",
+        "registry.commands",
+    ),
     # leaves: importing them runs registry/__init__.py (which imports errors), nothing else
     "registry.errors": PARTS,
     "registry.atomic": PARTS,

@@ -21,28 +21,27 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from httpx2 import HTTPError, TransportError
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from registry import constants
 from registry.atomic import write_atomic
 from registry.errors import KernelHubError
-from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE, is_commit, versions
+from registry.spec.names import COMPAT_BRANCH, is_commit
 from registry.spec.variant import METADATA, SIGNATURE, SIGSTORE, metadata_path
+from registry.wire import REPO_TYPE, HubClient, VersionNotFound, resolve_endpoint
 
 from .speed_records import SPEED_DIR
 
 log = logging.getLogger(__name__)
 
-REPO_TYPE = KERNEL_REPO_TYPE
 UNREACHABLE_STATUS = frozenset({502, 503, 504})
 _WORKERS = 8
 
@@ -68,23 +67,20 @@ def unreachable_reason(error: BaseException) -> str | None:
 
 
 @dataclass
-class Hub:
-    """Where to read from for one get_kernel call: endpoint, token, cache, and whether the hub answers.
+class Hub(HubClient):
+    """Where to read from for one get_kernel call: the hub on the wire, the cache, and whether the hub answers.
 
     `unreachable` is set by the first request that gets no answer; from then on the call is offline.
     """
 
-    endpoint: str
-    token: str | None
     offline_env: bool
     cache: Path
     unreachable: str | None = None
 
     @classmethod
     def from_env(cls, endpoint: str | None = None, token: str | None = None) -> Hub:
-        endpoint = (endpoint or constants.hf_endpoint() or hf_constants.ENDPOINT).rstrip("/")
         cache = constants.kernels_cache() or hf_constants.HF_HUB_CACHE
-        return cls(endpoint, token, constants.hf_hub_offline(), Path(cache))
+        return cls(resolve_endpoint(endpoint), token, constants.hf_hub_offline(), Path(cache))
 
     @property
     def offline(self) -> bool:
@@ -100,13 +96,6 @@ class Hub:
     def host(self) -> str:
         """The endpoint as a folder name (`127.0.0.1_8000`): per-hub state such as pinned keys lives under it."""
         return urlsplit(self.endpoint).netloc.replace(":", "_") or "default"
-
-    @property
-    def api(self):
-        """huggingface_hub's HfApi for this hub (imported here: 0.2 s that a cached load never needs)."""
-        from huggingface_hub import HfApi
-
-        return HfApi(endpoint=self.endpoint, token=self.token)
 
     def repo_dir(self, repo_id: str) -> Path:
         return self.cache / repo_folder(repo_id)
@@ -132,12 +121,6 @@ class Hub:
             )
             raise HubUnreachable(f"{what}: {self.offline_reason}") from e
 
-    def get(self, url: str, **kwargs):
-        """GET `url` with the token's headers; HTTP errors raise huggingface_hub's errors."""
-        response = get_session().get(url, headers=build_hf_headers(token=self.token), **kwargs)
-        hf_raise_for_status(response)
-        return response
-
 
 def repo_folder(repo_id: str) -> str:
     """The repo's folder name in the HF cache (`kernels--acme--fused-mlp`), as huggingface_hub's
@@ -153,15 +136,6 @@ def token_advice(error: BaseException) -> str:
     return "; check HF_TOKEN / token=: the hub does not accept it" if status in (401, 403) else ""
 
 
-def pick_version(branches: Mapping[str, str], version: int) -> str:
-    """Commit of branch `v<version>` among `branches` (name -> commit); only strict `v(0|[1-9]\\d*)` names count."""
-    found = versions(dict(branches))
-    if version not in found:
-        have = ", ".join(f"v{v}" for v in sorted(found)) or "none"
-        raise FetchError(f"version {version} does not exist (versions on this repo: {have})")
-    return found[version]
-
-
 def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | None) -> str:
     """The 40-hex commit that `version` (branch vN) or `revision` (branch, tag or commit) names."""
     if (version is None) == (revision is None):
@@ -172,19 +146,15 @@ def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | 
         return revision
     ref = f"v{version}" if version is not None else revision
     if not hub.offline:
-        # The two routes HfApi.list_repo_refs / repo_info call, asked directly: one GET each, without importing
-        # huggingface_hub.hf_api (0.2 s of a warm load); errors are the same (hf_raise_for_status).
-        api = f"{hub.endpoint}/api/{REPO_TYPE}s/{repo_id}"
         try:
             if version is not None:
-                refs = hub.request(f"list the versions of {repo_id}", hub.get, f"{api}/refs").json()
-                branches = {b["name"]: b["targetCommit"] for b in refs.get("branches", [])}
-                commit = pick_version(branches, version)
+                commit = hub.request(f"list the versions of {repo_id}", hub.version_commit, repo_id, version)
             else:
-                url = f"{api}/revision/{quote(revision, safe='')}"
-                commit = hub.request(f"resolve {repo_id}@{revision}", hub.get, url).json()["sha"]
+                commit = hub.request(f"resolve {repo_id}@{revision}", hub.revision_commit, repo_id, revision)
         except HubUnreachable:
             pass
+        except VersionNotFound as e:
+            raise FetchError(f"version {version} does not exist (versions on this repo: {e.have})") from None
         except (HTTPError, OSError) as e:
             raise FetchError(f"cannot resolve {repo_id}@{ref} on {hub.endpoint}: {e}{token_advice(e)}") from e
         else:
@@ -242,14 +212,10 @@ def variant_metadata(hub: Hub, repo_id: str, commit: str) -> dict[str, dict]:
         if all((snapshot / metadata_path(n)).is_file() for n in names):
             return {n: _read_json(snapshot / metadata_path(n)) for n in names}
     if not hub.offline:
-        from huggingface_hub.hf_api import RepoFolder
-
         try:
-            tree = hub.request(
-                f"list the variants of {repo_id}@{commit[:12]}",
-                lambda: list(hub.api.list_repo_tree(repo_id, "build", repo_type=REPO_TYPE, revision=commit)),
+            names = hub.request(
+                f"list the variants of {repo_id}@{commit[:12]}", hub.folder_names, repo_id, "build", commit
             )
-            names = sorted(item.path.split("/")[-1] for item in tree if isinstance(item, RepoFolder))
             fetch_files(hub, repo_id, commit, [metadata_path(n) for n in names], optional=True)
             _fetch_speed_records(hub, repo_id, commit)
         except HubUnreachable:
@@ -284,9 +250,7 @@ def _etag(response) -> str | None:
 
 def _fetch_one(hub: Hub, repo_id: str, commit: str, path: str, optional: bool) -> bool:
     """GET one file at `commit` into the cache (blob + snapshot link); False when `optional` and it is absent."""
-    from huggingface_hub import hf_hub_url
-
-    url = hf_hub_url(repo_id, path, repo_type=REPO_TYPE, revision=commit, endpoint=hub.endpoint)
+    url = hub.file_url(repo_id, path, commit)
     try:
         response = hub.request(f"download {path}", hub.get, url, follow_redirects=True)
     except HfHubHTTPError as e:
@@ -390,25 +354,21 @@ def _speed_dir(hub: Hub, repo_id: str, commit: str) -> Path:
 
 def _fetch_speed_records(hub: Hub, repo_id: str, commit: str) -> None:
     """Copy the commit's speed records from the `compat` branch into the cache (none: nothing to do)."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.hf_api import RepoFile
-
     try:
-        entries = hub.request(
+        files = hub.request(
             f"list speed records of {repo_id}@{commit[:12]}",
-            lambda: list(
-                hub.api.list_repo_tree(
-                    repo_id, f"{SPEED_DIR}/{commit}", repo_type=REPO_TYPE, revision=COMPAT_BRANCH
-                )
-            ),
+            hub.file_paths,
+            repo_id,
+            f"{SPEED_DIR}/{commit}",
+            COMPAT_BRANCH,
+            ".json",
         )
-        files = [e.path for e in entries if isinstance(e, RepoFile) and e.path.endswith(".json")]
     except HfHubHTTPError as e:  # no compat branch or no records for this commit
         if e.response is not None and e.response.status_code == 404:
             return
         raise
     for path in files:
-        url = hf_hub_url(repo_id, path, repo_type=REPO_TYPE, revision=COMPAT_BRANCH, endpoint=hub.endpoint)
+        url = hub.file_url(repo_id, path, COMPAT_BRANCH)
         body = hub.request(f"download {path}", hub.get, url, follow_redirects=True).content
         keep_speed_record(hub, repo_id, commit, path.rsplit("/", 1)[-1], body)
 
@@ -422,8 +382,3 @@ def speed_records(hub: Hub, repo_id: str, commit: str) -> list[dict]:
     """The commit's speed records as fetched with its variant list (raw JSON; unreadable files skipped)."""
     folder = _speed_dir(hub, repo_id, commit)
     return [r for r in (_read_json(p) for p in sorted(folder.glob("*.json"))) if r]
-
-
-def namespace_url(hub: Hub, route: str, namespace: str) -> str:
-    """`<endpoint>/<route>/<namespace>` with the namespace quoted (the key and org routes)."""
-    return f"{hub.endpoint}/{route}/{quote(namespace, safe='')}"

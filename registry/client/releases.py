@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass, field
 
 from huggingface_hub.errors import HfHubHTTPError
 
-from registry.spec.names import KERNEL_REPO_TYPE, versions
+from registry.spec.names import KERNEL_REPO_TYPE
 from registry.spec.variant import SIGNATURE
+from registry.wire import VersionNotFound, pick_version
 
-from .fetch import FetchError, Hub, namespace_url
+from .fetch import FetchError, Hub
 
 _PART = re.compile(r"^Publish v\d+ \(part \d+\)$")
 
@@ -50,30 +51,23 @@ def _not_found(hub: Hub, repo_id: str, e: HfHubHTTPError) -> FetchError:
 def published_versions(hub: Hub, repo_id: str) -> dict[int, str]:
     """N -> head commit of every `vN` branch."""
     try:
-        refs = hub.request(
-            f"list the versions of {repo_id}", hub.api.list_repo_refs, repo_id, repo_type=KERNEL_REPO_TYPE
-        )
+        return hub.request(f"list the versions of {repo_id}", hub.version_heads, repo_id)
     except HfHubHTTPError as e:
         raise _not_found(hub, repo_id, e) from None
-    return versions({b.name: b.target_commit for b in refs.branches})
 
 
 def signer_at(hub: Hub, repo_id: str, commit: str) -> str:
     """The key id that signed the variants at `commit` ("" when none is signed; several joined by ", ")."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.hf_api import RepoFolder
-
     try:
-        tree = hub.api.list_repo_tree(repo_id, "build", repo_type=KERNEL_REPO_TYPE, revision=commit)
-        variants = sorted(e.path for e in tree if isinstance(e, RepoFolder))
+        variants = hub.folder_names(repo_id, "build", commit)
     except HfHubHTTPError:
         return ""
     ids = set()
-    for folder in variants:
-        url = hf_hub_url(repo_id, f"{folder}/{SIGNATURE}", repo_type=KERNEL_REPO_TYPE, revision=commit,
-                         endpoint=hub.endpoint)  # fmt: skip
+    for name in variants:
         try:
-            lines = hub.get(url).text.strip().splitlines()
+            lines = (
+                hub.get(hub.file_url(repo_id, f"build/{name}/{SIGNATURE}", commit)).text.strip().splitlines()
+            )
         except HfHubHTTPError:
             continue
         if lines:
@@ -86,10 +80,10 @@ def version_history(hub: Hub, repo_id: str, only: int | None = None) -> list[Ver
     """Every `vN` (or only `only`), newest N first, with the commits it pointed at."""
     heads = published_versions(hub, repo_id)
     if only is not None:
-        if only not in heads:
-            have = ", ".join(f"v{n}" for n in sorted(heads)) or "none"
-            raise FetchError(f"{repo_id} has no version {only} (versions: {have})")
-        heads = {only: heads[only]}
+        try:
+            heads = {only: pick_version(repo_id, heads, only)}
+        except VersionNotFound as e:
+            raise FetchError(f"{repo_id} has no version {only} (versions: {e.have})") from None
     out = []
     for n, head in sorted(heads.items(), reverse=True):
         commits = hub.api.list_repo_commits(repo_id, repo_type=KERNEL_REPO_TYPE, revision=head)
@@ -128,13 +122,16 @@ def repo_info(hub: Hub, repo_id: str) -> dict:
             "signer": signer_at(hub, repo_id, heads[n]),
             "variants": {v: (m.get("backend") or {}).get("type", "") for v, m in metas.items()},
         }
-    overview = hub.get(namespace_url(hub, "api/organizations", namespace) + "/overview").json()
+    overview = hub.get(hub.namespace_url("api/organizations", namespace) + "/overview").json()
     info["trusted_publisher"] = bool(overview.get("trustedKernelPublisher"))
     try:
-        keys = hub.get(namespace_url(hub, "api/kernel-hub/keys", namespace)).json().get("keys", [])
-        info["keys"] = [{k: v for k, v in key.items() if k != "endorsement"} for key in keys]
+        keys = hub.namespace_keys(namespace)
     except HfHubHTTPError:
-        info["keys"] = None  # a hub without the key route: keys ship in the repo (keys/<id>.pub)
+        keys = None
+    # None: a hub without the key route, whose keys ship in the repo (keys/<id>.pub)
+    info["keys"] = (
+        None if keys is None else [{k: v for k, v in key.items() if k != "endorsement"} for key in keys]
+    )
     return info
 
 

@@ -13,7 +13,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from registry.spec.signing import KEYS_DIR, read_key_file
 
-from .fetch import REPO_TYPE, Hub, fetch_files
+from .fetch import Hub, fetch_files
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,19 @@ class RepoKeyFiles:
     name: str = "repo key files"
 
     def keys(self, hub: Hub, repo_id: str, commit: str) -> list[str] | None:
-        from huggingface_hub.hf_api import RepoFile  # 0.2 s to import: only when keys are looked up
-
         try:
-            tree = hub.request(
+            paths = hub.request(
                 f"list the publisher keys of {repo_id}@{commit[:12]}",
-                lambda: list(hub.api.list_repo_tree(repo_id, KEYS_DIR, repo_type=REPO_TYPE, revision=commit)),
+                hub.file_paths,
+                repo_id,
+                KEYS_DIR,
+                commit,
+                ".pub",
             )
         except HfHubHTTPError as e:
             if e.response is not None and e.response.status_code == 404:
                 return None
             raise
-        paths = sorted(e.path for e in tree if isinstance(e, RepoFile) and e.path.endswith(".pub"))
         if not paths:
             return None
         fetch_files(hub, repo_id, commit, paths)

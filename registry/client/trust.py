@@ -26,7 +26,7 @@ from registry.atomic import locked, write_atomic
 from registry.errors import KernelHubError
 from registry.spec.signing import SignatureError, key_id, public_key_b64, verify_metadata
 
-from .fetch import Hub, HubUnreachable, namespace_url
+from .fetch import Hub, HubUnreachable
 from .repo_keys import RepoKeyFiles
 from .rotation import follow_rotation, pin_rotation
 
@@ -60,14 +60,7 @@ class HubKeyRoute:
 
     def entries(self, hub: Hub, namespace: str) -> list[dict] | None:
         """The route's key entries (`id`, `public_key`, and `endorsed_by` + `endorsement` for a rotation)."""
-        url = namespace_url(hub, "api/kernel-hub/keys", namespace)
-        try:
-            response = hub.request("list publisher keys", hub.get, url)
-        except HfHubHTTPError as e:
-            if e.response is not None and e.response.status_code == 404:
-                return None
-            raise
-        return [k for k in response.json().get("keys", []) if isinstance(k, dict)]
+        return hub.request("list publisher keys", hub.namespace_keys, namespace)
 
 
 KEY_SOURCES: tuple[KeySource, ...] = (HubKeyRoute(), RepoKeyFiles())
@@ -123,7 +116,7 @@ def publisher_trust(hub: Hub, repo_id: str, trust_remote_code: TrustRemoteCode, 
             response = hub.request(
                 "check publisher trust",
                 hub.get,
-                namespace_url(hub, "api/organizations", namespace) + "/overview",
+                hub.namespace_url("api/organizations", namespace) + "/overview",
             )
         except HubUnreachable:
             pass

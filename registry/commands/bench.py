@@ -69,8 +69,6 @@ def table(record) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from huggingface_hub import HfApi
-
     from registry.client.bench import bench_version
     from registry.client.speed_records import BASELINE, FALLBACK_COMPILE, recorded_order
 
@@ -97,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     log.info("kernel-hub bench: get_kernel here would serve %s", served or "the fallback")
     if not args.no_record:
         from registry.matrix.store import write_speed_record
+        from registry.wire import HubClient
 
-        url = write_speed_record(HfApi(endpoint=args.endpoint, token=args.token), args.repo, record)
+        url = write_speed_record(HubClient.at(args.endpoint, args.token), args.repo, record)
         log.info("kernel-hub bench: recorded %s", url)
     return 0

@@ -74,7 +74,6 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
     from registry.errors import UsageError
@@ -86,10 +85,10 @@ def run(args: argparse.Namespace) -> int:
         speed_records,
         variant_metadata,
         version_commit,
-        versions,
     )
+    from registry.wire import HubClient
 
-    api = HfApi(endpoint=args.endpoint, token=args.token)
+    client = HubClient.at(args.endpoint, args.token)
 
     def config_for(variants):
         """--matrix when given, else what the version promises, else build/matrix.toml here (older builds)."""
@@ -101,15 +100,15 @@ def run(args: argparse.Namespace) -> int:
         if args.version is None:
             if args.check:
                 raise UsageError("--check needs --version N (the version to load)")
-            targets = sorted(versions(api, args.repo).items())
+            targets = sorted(client.version_heads(args.repo).items())
         else:
-            targets = [(args.version, version_commit(api, args.repo, args.version))]
+            targets = [(args.version, version_commit(client, args.repo, args.version))]
         if args.check:
             from registry.matrix.probe import probe
             from registry.matrix.store import write_record
 
             record = probe(args.repo, args.version, targets[0][1], endpoint=args.endpoint, token=args.token)
-            url = write_record(api, args.repo, record)
+            url = write_record(client, args.repo, record)
             verdict = "passed" if record.passed else "FAILED"
             log.info(
                 "kernel-hub matrix: check %s on %s (%s); recorded: %s",
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             )
         matrices = []
         for n, commit in targets:
-            variants = variant_metadata(api, args.repo, commit)
+            variants = variant_metadata(client, args.repo, commit)
             matrices.append(
                 build_matrix(
                     config_for(variants),
@@ -128,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
                     version=n,
                     commit=commit,
                     variants=variants,
-                    records=check_records(api, args.repo, commit),
-                    speed=speed_records(api, args.repo, commit),
+                    records=check_records(client, args.repo, commit),
+                    speed=speed_records(client, args.repo, commit),
                 )
             )
     except HfHubHTTPError as e:  # the hub refused a request: a source error like a missing version

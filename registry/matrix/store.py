@@ -1,7 +1,7 @@
 """Hub I/O for the matrix: a version's commit and variant metadata, check and speed records on `compat`.
 
-Speaks only the Hugging Face Hub API through `huggingface_hub`, so it works against our hub and the
-real Hub alike. Everything that decides lives in the pure modules; this file only moves bytes.
+Speaks only the Hugging Face Hub API through the wire client (`registry/wire.py`), so it works against our
+hub and the real Hub alike. Everything that decides lives in the pure modules; this file only moves bytes.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from huggingface_hub import CommitOperationAdd, HfApi, RepoFolder
+from huggingface_hub import CommitOperationAdd
 from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
 from registry.client.speed_records import (
@@ -20,12 +20,10 @@ from registry.client.speed_records import (
     speed_record_path,
 )
 from registry.errors import KernelHubError
-from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE
-from registry.spec.names import versions as version_heads
+from registry.spec.names import COMPAT_BRANCH
+from registry.wire import REPO_TYPE, HubClient, VersionNotFound
 
 from .records import CheckRecord, RecordError, commit_dir, parse_record, record_path
-
-REPO_TYPE = KERNEL_REPO_TYPE
 
 
 class MatrixSourceError(KernelHubError, RuntimeError):
@@ -34,81 +32,71 @@ class MatrixSourceError(KernelHubError, RuntimeError):
     exit_code = 2  # `kernel-hub matrix`: a source error
 
 
-def version_commit(api: HfApi, repo: str, version: int) -> str:
+def version_commit(client: HubClient, repo: str, version: int) -> str:
     """Head commit of branch `v<version>`; raises MatrixSourceError listing the versions that exist."""
-    found = versions(api, repo)
-    if version not in found:
-        have = ", ".join(f"v{n}" for n in sorted(found)) or "none"
-        raise MatrixSourceError(f"{repo} has no version {version} (branch v{version}); versions: {have}")
-    return found[version]
+    try:
+        return client.version_commit(repo, version)
+    except VersionNotFound as e:
+        raise MatrixSourceError(str(e)) from None
 
 
-def versions(api: HfApi, repo: str) -> dict[int, str]:
-    """Every canonical version branch `vN` -> its head commit (`v01` is not a version: spec.names)."""
-    refs = api.list_repo_refs(repo, repo_type=REPO_TYPE)
-    return version_heads({b.name: b.target_commit for b in refs.branches})
+def _read_json(client: HubClient, repo: str, path: str, revision: str, cache_dir: Path | None) -> dict:
+    return json.loads(client.download(repo, path, revision, cache_dir).read_text())
 
 
-def _read_json(api: HfApi, repo: str, path: str, revision: str, cache_dir: Path | None) -> dict:
-    local = api.hf_hub_download(repo, path, repo_type=REPO_TYPE, revision=revision, cache_dir=cache_dir)
-    return json.loads(Path(local).read_text())
-
-
-def variant_metadata(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> dict[str, dict]:
+def variant_metadata(
+    client: HubClient, repo: str, commit: str, cache_dir: Path | None = None
+) -> dict[str, dict]:
     """name -> metadata.json of every variant under `build/` at `commit` (only metadata is downloaded)."""
     try:
-        entries = api.list_repo_tree(repo, path_in_repo="build", revision=commit, repo_type=REPO_TYPE)
+        names = client.folder_names(repo, "build", commit)
     except EntryNotFoundError:
         raise MatrixSourceError(
             f"{repo}@{commit[:12]} has no build/ folder: publish variants with `kernel-hub publish`"
         ) from None
-    names = sorted(e.path.split("/", 1)[1] for e in entries if isinstance(e, RepoFolder))
-    return {n: _read_json(api, repo, f"build/{n}/metadata.json", commit, cache_dir) for n in names}
+    return {n: _read_json(client, repo, f"build/{n}/metadata.json", commit, cache_dir) for n in names}
 
 
-def check_records(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> list[CheckRecord]:
+def check_records(
+    client: HubClient, repo: str, commit: str, cache_dir: Path | None = None
+) -> list[CheckRecord]:
     """Every check recorded on the `compat` branch for `commit`; none when the branch or folder is absent."""
     try:
-        entries = api.list_repo_tree(
-            repo, path_in_repo=commit_dir(commit), revision=COMPAT_BRANCH, repo_type=REPO_TYPE
-        )
-        paths = sorted(e.path for e in entries if e.path.endswith(".json"))
+        paths = client.file_paths(repo, commit_dir(commit), COMPAT_BRANCH, ".json")
     except (EntryNotFoundError, RevisionNotFoundError):
         return []
     records = []
     for path in paths:
         try:
-            records.append(parse_record(_read_json(api, repo, path, COMPAT_BRANCH, cache_dir)))
+            records.append(parse_record(_read_json(client, repo, path, COMPAT_BRANCH, cache_dir)))
         except RecordError as e:
             raise RecordError(f"{repo}@{COMPAT_BRANCH}:{path}: {e}") from None
     return records
 
 
-def speed_records(api: HfApi, repo: str, commit: str, cache_dir: Path | None = None) -> list[SpeedRecord]:
+def speed_records(
+    client: HubClient, repo: str, commit: str, cache_dir: Path | None = None
+) -> list[SpeedRecord]:
     """Every `kernel-hub bench` record on `compat` for `commit`; none when the branch or folder is absent."""
     try:
-        entries = api.list_repo_tree(
-            repo, path_in_repo=f"{SPEED_DIR}/{commit}", revision=COMPAT_BRANCH, repo_type=REPO_TYPE
-        )
-        paths = sorted(e.path for e in entries if e.path.endswith(".json"))
+        paths = client.file_paths(repo, f"{SPEED_DIR}/{commit}", COMPAT_BRANCH, ".json")
     except (EntryNotFoundError, RevisionNotFoundError):
         return []
     out = []
     for path in paths:
         try:
-            out.append(parse_speed_record(_read_json(api, repo, path, COMPAT_BRANCH, cache_dir)))
+            out.append(parse_speed_record(_read_json(client, repo, path, COMPAT_BRANCH, cache_dir)))
         except SpeedRecordError as e:
             raise SpeedRecordError(f"{repo}@{COMPAT_BRANCH}:{path}: {e}") from None
     return out
 
 
-def _commit_to_compat(api: HfApi, repo: str, path: str, data: dict, message: str) -> str:
+def _commit_to_compat(client: HubClient, repo: str, path: str, data: dict, message: str) -> str:
     """Commit one JSON file on `compat` (created from `main` if missing); returns the commit URL."""
-    branches = {b.name for b in api.list_repo_refs(repo, repo_type=REPO_TYPE).branches}
-    if COMPAT_BRANCH not in branches:
-        api.create_branch(repo, branch=COMPAT_BRANCH, repo_type=REPO_TYPE, exist_ok=True)
+    if COMPAT_BRANCH not in client.branch_heads(repo):
+        client.api.create_branch(repo, branch=COMPAT_BRANCH, repo_type=REPO_TYPE, exist_ok=True)
     body = json.dumps(data, indent=2, sort_keys=True).encode() + b"\n"
-    info = api.create_commit(
+    info = client.api.create_commit(
         repo,
         operations=[CommitOperationAdd(path, body)],
         commit_message=message,
@@ -118,14 +106,14 @@ def _commit_to_compat(api: HfApi, repo: str, path: str, data: dict, message: str
     return info.commit_url
 
 
-def write_record(api: HfApi, repo: str, record: CheckRecord) -> str:
+def write_record(client: HubClient, repo: str, record: CheckRecord) -> str:
     """Commit the record as `checks/<commit>/<fingerprint>.json` on `compat`; returns the commit URL.
 
     Runners of different machines write different files, so their commits never conflict; a re-run on
     the same machine replaces its own file.
     """
     return _commit_to_compat(
-        api,
+        client,
         repo,
         record_path(record.commit, record.fingerprint),
         record.to_json(),
@@ -134,10 +122,10 @@ def write_record(api: HfApi, repo: str, record: CheckRecord) -> str:
     )
 
 
-def write_speed_record(api: HfApi, repo: str, record: SpeedRecord) -> str:
+def write_speed_record(client: HubClient, repo: str, record: SpeedRecord) -> str:
     """Commit the record as `speed/<commit>/<fingerprint>.json` on `compat` (a re-run replaces it); the commit URL."""
     return _commit_to_compat(
-        api,
+        client,
         repo,
         speed_record_path(record.commit, record.env),
         record.to_json(),

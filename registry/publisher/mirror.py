@@ -15,14 +15,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import snapshot_download
 from huggingface_hub.utils.sha import git_hash
 
 from registry.spec import names, signing
 from registry.spec.signing import SignatureError
 
 from .errors import PublishError
-from .publish import REPO_TYPE, FileId, HubClient, check_repo_id, tree_problems
+from .publish import REPO_TYPE, FileId, HubClient, check_repo_id, register_key, tree_problems
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,13 @@ def mirror(
     target = target or source
     check_repo_id(source)
     namespace, _ = check_repo_id(target)
-    src = HfApi(endpoint=source_endpoint, token=source_token)
-    refs = src.list_repo_refs(source, repo_type=REPO_TYPE)
-    versions = sorted(names.versions({b.name: b.target_commit for b in refs.branches}).items())
+    src = HubClient.at(source_endpoint, source_token)
+    versions = sorted(src.version_heads(source).items())
     if not versions:
         raise PublishError(
             f"{source} on {src.endpoint} has no version branch (v1, v2, ...): nothing to mirror"
         )
-    dst = HubClient(endpoint, token)
+    dst = HubClient.at(endpoint, token)
     dst.api.create_repo(target, repo_type=REPO_TYPE, exist_ok=True)
     result = MirrorResult(source, target)
     for n, commit in versions:
@@ -100,7 +99,7 @@ def _register_keys(dst: HubClient, namespace: str, folder: Path) -> list[str]:
         except SignatureError as e:
             notes.append(f"{path.name} not registered: {e}")
             continue
-        note = dst.register_key(namespace, pub)
+        note = register_key(dst, namespace, pub)
         if note:
             notes.append(note)
     return notes

@@ -27,11 +27,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from httpx2 import HTTPError, Response
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
+from httpx2 import HTTPError
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status, validate_repo_id
+from huggingface_hub.utils import validate_repo_id
 from huggingface_hub.utils.sha import git_hash  # the id the client compares with preupload's `oid`
 
 from registry.spec import digest, names, signing
@@ -44,6 +44,7 @@ from registry.spec.variant import (
     VariantMetadata,
     metadata_path,
 )
+from registry.wire import KEYS_ROUTE, REPO_TYPE, HubClient, extension_answered, said
 
 from . import inflight
 from .errors import ApiChanged, PublishError, VersionMoved
@@ -54,11 +55,6 @@ from .out_dir import MARKER
 
 log = logging.getLogger(__name__)
 
-REPO_TYPE = names.KERNEL_REPO_TYPE
-# A 404/405 on an extension route means "this server lacks the extension", unless it names a missing
-# revision or file. RepoNotFound is not trusted here: some servers answer unknown API routes with it, and
-# the repo was just seen; were it really gone, the Hub-API fallback fails with a precise error anyway.
-_REAL_404_CODES = {"RevisionNotFound", "EntryNotFound"}
 _UNTRACKED_REMOTE = {".gitattributes"}  # the Hub keeps it in every commit; upload_folder never deletes it
 _CLEANUP_WAITS_S = (0.5, 2.0, 5.0)  # deleting the temporary branch: tries after these pauses
 
@@ -255,126 +251,76 @@ def stage_signed(
     return tree
 
 
-class HubClient:
-    """huggingface_hub's HfApi for the standard routes, plus our two extensions (keys, ref-update)."""
+def ref_update(client: HubClient, repo_id: str, branch: str, old: str | None, new: str) -> bool | None:
+    """CAS `refs/heads/<branch>` from `old` to `new` (our `ref-update` extension): True done, None = the hub
+    lacks the extension.
 
-    def __init__(self, endpoint: str | None, token: str | None):
-        self.api = HfApi(endpoint=endpoint, token=token)
-        self.endpoint = self.api.endpoint.rstrip("/")
-        self.token = token
-
-    def _post(self, path: str, body: dict):
-        return get_session().post(
-            f"{self.endpoint}{path}", json=body, headers=build_hf_headers(token=self.token)
+    Raises VersionMoved when the server reports the ref is no longer at `old`.
+    """
+    r = client.post(
+        f"api/kernels/{repo_id}/ref-update", {"ref": f"refs/heads/{branch}", "old": old, "new": new}
+    )
+    if r.status_code == 412:
+        try:
+            current = r.json().get("current")
+        except ValueError:
+            current = "unknown"
+        raise VersionMoved(
+            f"{branch} of {repo_id} moved during this publish (expected {old or 'no branch'}, "
+            f"now {current}): another publish won; re-run to publish on top of it"
         )
+    return True if extension_answered(r) else None
 
-    def branch_heads(self, repo_id: str) -> dict[str, str]:
-        refs = self.api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
-        return {b.name: b.target_commit for b in refs.branches}
 
-    def tree(self, repo_id: str, commit: str) -> dict[str, RepoFile]:
-        entries = self.api.list_repo_tree(repo_id, revision=commit, recursive=True, repo_type=REPO_TYPE)
-        return {e.path: e for e in entries if isinstance(e, RepoFile)}
+def register_key(client: HubClient, namespace: str, public_b64: str) -> str | None:
+    """Make sure the hub lists the publisher key for `namespace`; returns a note when something happened.
 
-    def ref_update(self, repo_id: str, branch: str, old: str | None, new: str) -> bool | None:
-        """CAS `refs/heads/<branch>` from `old` to `new`: True done, None = extension not supported.
-
-        Raises VersionMoved when the server reports the ref is no longer at `old`.
-        """
-        r = self._post(
-            f"/api/kernels/{repo_id}/ref-update", {"ref": f"refs/heads/{branch}", "old": old, "new": new}
+    The key is posted only when the hub's list lacks it, so the note says so only then.
+    """
+    kid = signing.key_id(public_b64)
+    listed = client.namespace_keys(namespace)
+    if listed is not None and kid in {k.get("id") for k in listed}:
+        return None
+    r = client.post(f"{KEYS_ROUTE}/{namespace}", {"public_key": public_b64})
+    if r.status_code == 403 and r.headers.get("X-Error-Code") == "KeyNotAllowed":
+        raise PublishError(said(r))
+    if not extension_answered(r):
+        return (
+            f"{client.endpoint} has no key registry: publisher key {kid} ships in the repo as "
+            f"{signing.key_file_path(kid)}; loaders pin it on first use (or take it from the user)"
         )
-        if r.status_code == 412:
-            try:
-                current = r.json().get("current")
-            except ValueError:
-                current = "unknown"
-            raise VersionMoved(
-                f"{branch} of {repo_id} moved during this publish (expected {old or 'no branch'}, "
-                f"now {current}): another publish won; re-run to publish on top of it"
-            )
-        return True if _extension_answered(r) else None
+    return f"publisher key {kid} registered for {namespace}"
 
-    def register_key(self, namespace: str, public_b64: str) -> str | None:
-        """Make sure the hub lists the publisher key for `namespace`; returns a note when something happened.
 
-        The key is posted only when the hub's list lacks it, so the note says so only then.
-        """
-        kid = signing.key_id(public_b64)
-        listed = self.namespace_keys(namespace)
-        if listed is not None and kid in {k.get("id") for k in listed}:
+def delete_branch(
+    client: HubClient, repo_id: str, branch: str, waits_s: tuple[float, ...] = ()
+) -> Exception | None:
+    """Delete `branch` (gone already counts as done), trying again after each pause; the last error or None."""
+    error: Exception | None = None
+    for wait in (0.0, *waits_s):
+        time.sleep(wait)
+        try:
+            client.api.delete_branch(repo_id, branch=branch, repo_type=REPO_TYPE)
             return None
-        r = self._post(f"/api/kernel-hub/keys/{namespace}", {"public_key": public_b64})
-        if r.status_code == 403 and r.headers.get("X-Error-Code") == "KeyNotAllowed":
-            raise PublishError(_said(r))
-        if not _extension_answered(r):
-            return (
-                f"{self.endpoint} has no key registry: publisher key {kid} ships in the repo as "
-                f"{signing.key_file_path(kid)}; loaders pin it on first use (or take it from the user)"
-            )
-        return f"publisher key {kid} registered for {namespace}"
-
-    def namespace_keys(self, namespace: str) -> list[dict] | None:
-        """The hub's publisher keys of `namespace` (`id`, `public_key`, ...); None: the hub has no key route."""
-        r = get_session().get(
-            f"{self.endpoint}/api/kernel-hub/keys/{namespace}", headers=build_hf_headers(token=self.token)
-        )
-        return r.json().get("keys", []) if _extension_answered(r) else None
-
-    def delete_branch(self, repo_id: str, branch: str, waits_s: tuple[float, ...] = ()) -> Exception | None:
-        """Delete `branch` (gone already counts as done), trying again after each pause; the last error or None."""
-        error: Exception | None = None
-        for wait in (0.0, *waits_s):
-            time.sleep(wait)
-            try:
-                self.api.delete_branch(repo_id, branch=branch, repo_type=REPO_TYPE)
+        except HfHubHTTPError as e:
+            if e.response is not None and e.response.status_code == 404:
                 return None
-            except HfHubHTTPError as e:
-                if e.response is not None and e.response.status_code == 404:
-                    return None
-                error = e
-            except HTTPError as e:  # the hub is unreachable: maybe only for a moment
-                error = e
-        return error
-
-
-def _said(r: Response) -> str:
-    """The hub's own one-line message in an error answer."""
-    try:
-        return str(r.json().get("error") or r.text)
-    except ValueError:
-        return r.headers.get("X-Error-Message") or r.text
-
-
-def _extension_answered(r: Response) -> bool:
-    """False when the server lacks the extension route (a 404/405 that names no missing revision or file);
-    raises the hub's error for any other failure; True for a success."""
-    if r.status_code in (404, 405) and r.headers.get("X-Error-Code") not in _REAL_404_CODES:
-        return False
-    hf_raise_for_status(r)
-    return True
+            error = e
+        except HTTPError as e:  # the hub is unreachable: maybe only for a moment
+            error = e
+    return error
 
 
 def head_apis(client: HubClient, repo_id: str, head: str) -> dict[str, dict | None]:
     """variant -> the `api` its metadata.json records at commit `head` (None when it records none)."""
     try:
-        entries = client.api.list_repo_tree(repo_id, path_in_repo="build", revision=head, repo_type=REPO_TYPE)
-        variants = sorted(e.path.split("/")[-1] for e in entries if not isinstance(e, RepoFile))
+        variants = client.folder_names(repo_id, "build", head)
     except EntryNotFoundError:  # a vN without build/: nothing anyone could load, so nothing to keep
         return {}
     apis: dict[str, dict | None] = {}
     with tempfile.TemporaryDirectory(prefix="kernel-hub-head-") as cache:
         for v in variants:
-            path = hf_hub_download(
-                repo_id,
-                metadata_path(v),
-                revision=head,
-                repo_type=REPO_TYPE,
-                cache_dir=cache,
-                endpoint=client.endpoint,
-                token=client.token,
-            )
-            api = json.loads(Path(path).read_text()).get("api")
+            api = json.loads(client.download(repo_id, metadata_path(v), head, cache).read_text()).get("api")
             apis[v] = api if isinstance(api, dict) else None
     return apis
 
@@ -424,7 +370,7 @@ def publish(
     new_api = dist_api({v: m.api for v, m in metas.items()})
     oidc_token = ambient_identity() if sigstore else None
     key_path = Path(key_path) if key_path else signing.default_key_path(namespace)
-    client = HubClient(endpoint, token)
+    client = HubClient.at(endpoint, token)
     if not key_path.exists():
         refuse_second_key(client, namespace, key_path)
     key, created = signing.load_or_create_key(key_path)
@@ -458,7 +404,7 @@ def publish(
     ):
         stage = Path(tmp)
         expected = stage_signed(Path(dist), stage, metas, version, key, keyless)
-        key_note = client.register_key(namespace, pub)
+        key_note = register_key(client, namespace, pub)
         if key_note:
             notes.append(key_note)
             log.info(key_note)
@@ -506,7 +452,7 @@ def remove_stale_publish_branches(client: HubClient, repo_id: str, heads: Mappin
     records = {b: r for r, b in own}
     stale += sorted({b for _, b in own if b in heads} - set(stale))
     for b in stale:
-        error = client.delete_branch(repo_id, b)
+        error = delete_branch(client, repo_id, b)
         if error is None:
             log.info("removed %s, left behind by an interrupted publish", b)
             if b in records:
@@ -549,7 +495,7 @@ def _upload_and_swap(
                 f"the uploaded tree at {final} differs from the dist ({'; '.join(problems[:5])}); "
                 f"{branch} was not moved"
             )
-        swapped = client.ref_update(repo_id, branch, head, final)  # also when final == head: confirms vN
+        swapped = ref_update(client, repo_id, branch, head, final)  # also when final == head: confirms vN
         if swapped is None:
             log.info(
                 "%s has no ref-update extension: moving %s with the Hub API's own checks",
@@ -560,7 +506,7 @@ def _upload_and_swap(
         return final
     finally:
         try:
-            error = client.delete_branch(repo_id, temp, _CLEANUP_WAITS_S)
+            error = delete_branch(client, repo_id, temp, _CLEANUP_WAITS_S)
             if error is None:
                 inflight.done(record)
             else:

@@ -100,7 +100,7 @@ def rotate_key(
     Without `new_key_path` a fresh key takes the current key's file and the old key is kept beside it as
     `<file>.retired-<key id>`; with it, that file's key (created when missing) is endorsed and nothing moves.
     """
-    from .publish import HubClient, _said
+    from registry.wire import KEYS_ROUTE, HubClient, said
 
     path = Path(key_path) if key_path else signing.default_key_path(namespace)
     old = _load(path, f"current publisher key of {namespace}")
@@ -113,7 +113,7 @@ def rotate_key(
     old_id, new_id = signing.key_id(old_pub), signing.key_id(new_pub)
     if old_id == new_id:
         raise PublishError(f"{new_key_path} is the current key {old_id}; rotate to a different key")
-    client = HubClient(endpoint, token)
+    client = HubClient.at(endpoint, token)
     listed = client.namespace_keys(namespace)
     if listed is None:
         raise PublishError(
@@ -135,11 +135,11 @@ def rotate_key(
         "endorsed_by": old_id,
         "endorsement": signing.sign_endorsement(old, namespace, new_pub),
     }
-    r = client._post(f"/api/kernel-hub/keys/{namespace}", body)
+    r = client.post(f"{KEYS_ROUTE}/{namespace}", body)
     if r.status_code >= 400:
         if pending is not None:
             pending.unlink()
-        raise PublishError(f"{client.endpoint} refused the rotation ({r.status_code}: {_said(r)})")
+        raise PublishError(f"{client.endpoint} refused the rotation ({r.status_code}: {said(r)})")
     retired = None
     if pending is not None:
         retired = path.with_name(f"{path.name}.retired-{old_id}")

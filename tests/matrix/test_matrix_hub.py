@@ -97,15 +97,17 @@ def test_records_on_the_compat_branch_show_in_the_next_render(
     hub, token, api, tmp_path, full_version, make_record
 ):
     from registry.matrix.store import check_records, write_record
+    from registry.wire import HubClient
 
+    client = HubClient(hub.url, token)
     repo = f"{USER}/recorded"
     commit = publish_metadata(api, repo, 1, full_version, tmp_path)
-    assert check_records(api, repo, commit) == []  # no compat branch yet
+    assert check_records(client, repo, commit) == []  # no compat branch yet
     good = make_record(commit)
     bad = make_record(commit, python="3.13", passed=False, detail="FAILED: gated_mlp bf16 error 4.0e-01")
-    write_record(api, repo, good)
-    write_record(api, repo, bad)
-    assert sorted(r.fingerprint for r in check_records(api, repo, commit)) == sorted(
+    write_record(client, repo, good)
+    write_record(client, repo, bad)
+    assert sorted(r.fingerprint for r in check_records(client, repo, commit)) == sorted(
         [good.fingerprint, bad.fingerprint]
     )
     files = api.list_repo_files(repo, repo_type="kernel", revision="compat")
@@ -120,7 +122,9 @@ def test_records_on_the_compat_branch_show_in_the_next_render(
     assert "FAILED: gated_mlp bf16 error 4.0e-01" in r.stdout
     assert "passed on sm_90-x86_64-py3.12-" in r.stdout
 
-    write_record(api, repo, make_record(commit, python="3.13"))  # same machine re-checked: replaces its file
+    write_record(
+        client, repo, make_record(commit, python="3.13")
+    )  # same machine re-checked: replaces its file
     r = cli(hub, token, tmp_path, repo, "--version", "1")
     assert r.returncode == 0, r.stderr
     assert f"| ✅ {STABLE} (SASS sm_90a) |" in r.stdout

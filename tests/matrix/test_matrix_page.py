@@ -37,6 +37,7 @@ def page_repo(hub, tmp_path_factory):
     from registry.client.resolve import Env
     from registry.matrix.records import CheckRecord
     from registry.matrix.store import write_record
+    from registry.wire import HubClient
 
     stable = CUDA_VARIANT
 
@@ -72,7 +73,7 @@ def page_repo(hub, tmp_path_factory):
         ).oid
     env = Env("linux", "x86_64", "3.12", "2.11.0", "13.0", "sm_90", "3.6.0", True, "13.0")
     write_record(
-        api,
+        HubClient(hub.url, hub.token(USER)),
         repo,
         CheckRecord(
             env,

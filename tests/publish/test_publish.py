@@ -163,13 +163,13 @@ def test_same_api_moves_vn_forward_and_changed_api_needs_a_bump(ctx, dists):
 def _race(ctx, dist_a: Path, dist_b: Path, monkeypatch, method: str):
     """Publish two dists to v1 at once; both observe v1 before either swaps (a barrier in front of the swap)."""
     barrier = threading.Barrier(2, timeout=180)
-    real = getattr(publish.HubClient, method)
+    real = getattr(publish, method)
 
-    def synced(self, *args, **kwargs):
+    def synced(*args, **kwargs):
         barrier.wait()
-        return real(self, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(publish.HubClient, method, synced)
+    monkeypatch.setattr(publish, method, synced)
     outcomes: dict[str, object] = {}
 
     def run(name, dist):

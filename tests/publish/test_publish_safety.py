@@ -179,22 +179,22 @@ def test_hub_restarting_mid_publish_leaves_no_branch_and_one_line(own_hub, dists
     }
     assert cli(user, dists["base"], 1)[0] == 0
     v1 = _branches(user)["v1"]
-    real = publish.HubClient.ref_update
+    real = publish.ref_update
 
     def come_back():
         again = HubProcess(own_hub.data_dir)
         again.port, again.url = own_hub.port, own_hub.url  # back on the same address
         own_hub.proc = again.start().proc
 
-    def swap_while_down(self, *args, **kwargs):
+    def swap_while_down(*args, **kwargs):
         own_hub.stop()
         try:
-            return real(self, *args, **kwargs)
+            return real(*args, **kwargs)
         finally:
             restart.start()  # the cleanup's first try finds the hub down, a later one finds it back
 
     restart = threading.Thread(target=come_back)
-    monkeypatch.setattr(publish.HubClient, "ref_update", swap_while_down)
+    monkeypatch.setattr(publish, "ref_update", swap_while_down)
     # Longer pauses than a user gets, so a slow start on a busy machine still falls inside the window.
     monkeypatch.setattr(publish, "_CLEANUP_WAITS_S", (0.5, 2.0, 5.0, 10.0, 20.0))
     code, out, err = cli(user, dists["same_api"], 1)
@@ -240,7 +240,7 @@ def test_an_interrupted_publish_leaves_no_branch_after_the_next_publish(user, di
 
     with monkeypatch.context() as m:
         m.setattr("huggingface_hub.HfApi.upload_folder", interrupted)
-        m.setattr(publish.HubClient, "delete_branch", interrupted)
+        m.setattr(publish, "delete_branch", interrupted)
         code, out, err = cli(user, dists["same_api"], 1)
     assert code == 130 and err.strip().splitlines()[-1] == "kernel-hub publish: interrupted"
     (ctrl_c,) = [b for b in _branches(user) if b.startswith(names.PUBLISH_BRANCH_PREFIX)]
