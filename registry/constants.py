@@ -39,6 +39,8 @@ SIGNING_KEY = "KERNEL_HUB_KEY"  # the publisher's ed25519 private key file
 CUDA_PYTHON = "KERNEL_HUB_CUDA_PYTHON"  # a python with a CUDA torch: headers and libraries for nvcc builds
 CUDA_HOME = "CUDA_HOME"  # the CUDA toolkit nvcc builds use (as torch's cpp_extension)
 MAX_JOBS = "MAX_JOBS"  # parallel compile jobs of an nvcc build (as torch's cpp_extension)
+PATH = "PATH"  # an nvcc build's child process gets it with the toolkit's bin/ in front
+XDG_STATE_HOME = "XDG_STATE_HOME"  # where a publish records its temporary branch until it is gone
 # The hub server and its commands
 HUB_DB = "KERNEL_HUB_DB"  # database URL (keeps a password out of the process list)
 HUB_BLOBS = "KERNEL_HUB_BLOBS"  # blob store URL (s3://BUCKET[/PREFIX])
@@ -103,6 +105,14 @@ def cuda_home() -> str | None:
 
 def max_jobs(default: str) -> str:
     return _get(MAX_JOBS) or default
+
+
+def search_path() -> str:
+    return os.environ.get(PATH, "")
+
+
+def xdg_state_home() -> str | None:
+    return _get(XDG_STATE_HOME)
 
 
 def hub_db() -> str | None:

@@ -109,7 +109,7 @@ def build_extension(
     env = {
         **os.environ,
         "CUDA_HOME": str(home),
-        "PATH": os.pathsep.join([str(Path(python).parent), str(home / "bin"), os.environ.get("PATH", "")]),
+        "PATH": os.pathsep.join([str(Path(python).parent), str(home / "bin"), constants.search_path()]),
         "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs, ptx),
         constants.MAX_JOBS: constants.max_jobs("2"),
     }

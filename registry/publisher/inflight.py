@@ -16,13 +16,14 @@ import socket
 import uuid
 from pathlib import Path
 
+from registry import constants
 from registry.atomic import write_atomic
 
 _LIVE: set[str] = set()  # records of publishes running in this process right now
 
 
 def _folder() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    base = constants.xdg_state_home() or Path.home() / ".local" / "state"
     return Path(base) / "kernel-hub" / "publishes"
 
 
