@@ -4,13 +4,15 @@ Compiled with nvcc against a CUDA torch's headers (no GPU needed) as one abi3 li
 ABI (`-DTORCH_TARGET_VERSION`), loaded unchanged by every torch >= the target. The op namespace of the build
 (`_build_info.OPS_NAMESPACE`) is passed as `TORCH_EXTENSION_NAME`, as kernel-builder does, so the sources
 register `STABLE_TORCH_LIBRARY(TORCH_EXTENSION_NAME, m)` and two builds never collide. The library goes to
-`<package>/_C.abi3.so`; the package loads it with `torch.ops.load_library`. (fused_mlp's extension has its
-own recipe, build/cuda/, for its embedded Triton cubins and ABI checks.)
+`<package>/_C.abi3.so`; the package loads it with `torch.ops.load_library`. A library that needs torch C++
+symbols is refused (it would load only in the torch it was built against). fused_mlp's extension has its own
+recipe, build/cuda/, for its embedded Triton cubins and its full ABI checks (glibc, NEEDED, archs).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +54,40 @@ def torch_target_hex(version: str) -> str:
     """torch's TORCH_TARGET_VERSION constant for "2.11": 0x020b000000000000."""
     major, minor = (int(p) for p in version.split(".")[:2])
     return f"0x{major:02x}{minor:02x}000000000000"
+
+
+# Mangled C++ names in torch's namespaces (c10::, at::, torch::, caffe2::): a library that needs one is tied to
+# the torch it was compiled against, not on the stable ABI (which offers only the C shim, aoti_torch_*).
+_TORCH_CXX = re.compile(r"^_ZN?K?(3c10|2at|5torch|6caffe2)")
+
+
+def torch_cxx_symbols(readelf_dyn_syms: str) -> list[str]:
+    """The undefined torch C++ symbols in `readelf -W --dyn-syms` output ([] = stable ABI only)."""
+    found = []
+    for line in readelf_dyn_syms.splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[0].rstrip(":").isdigit() and cols[6] == "UND":
+            name = cols[7].split("@")[0]
+            if _TORCH_CXX.match(name):
+                found.append(name)
+    return sorted(set(found))
+
+
+def stable_abi_problem(library: Path) -> str | None:
+    """Why `library` is not on the torch stable ABI, or None; a note instead when readelf is missing."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    out = subprocess.run(
+        [readelf, "-W", "--dyn-syms", str(library)], capture_output=True, text=True, check=False
+    )
+    cxx = torch_cxx_symbols(out.stdout)
+    if not cxx:
+        return None
+    return (
+        f"it uses torch C++ symbols ({', '.join(cxx[:3])}{', ...' if len(cxx) > 3 else ''}), so it would load only "
+        "in the torch it was built against: use the stable API (torch/csrc/stable/*.h, STABLE_TORCH_LIBRARY)"
+    )
 
 
 def _torch_cuda(python: str) -> str | None:
@@ -133,6 +169,9 @@ def build_extension(
             f"nvcc build of {pkg.name}'s CUDA sources failed (exit {proc.returncode}):\n"
             + "\n".join(errors + lines[-20:])
         )
+    problem = stable_abi_problem(built[0])
+    if problem:
+        raise BuildError(f"the CUDA extension of {pkg.name} is not on the torch stable ABI: {problem}")
     shutil.copyfile(built[0], Path(package_dir) / EXTENSION_FILE)
     return (
         f"CUDA extension {EXTENSION_FILE} from {len(sources)} source(s) for {', '.join(archs)} "
