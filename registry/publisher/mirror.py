@@ -9,20 +9,18 @@ version whose target branch already holds the same tree is left as it is.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import snapshot_download
-from huggingface_hub.utils.sha import git_hash
 
 from registry.spec import names, signing
 from registry.spec.signing import SignatureError
 
 from .errors import PublishError
-from .publish import REPO_TYPE, FileId, HubClient, check_repo_id, register_key, tree_problems
+from .publish import REPO_TYPE, HubClient, check_repo_id, folder_tree, register_key, tree_problems
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +34,9 @@ class MirrorResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _tree(folder: Path) -> dict[str, FileId]:
-    out = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts):
-        data = path.read_bytes()
-        out[path.relative_to(folder).as_posix()] = FileId(
-            len(data), git_hash(data), hashlib.sha256(data).hexdigest()
-        )
-    return out
+def _not_mirrored(rel: str) -> bool:
+    """huggingface_hub's download bookkeeping (.cache/) and the Hub's own .gitattributes."""
+    return rel.startswith(".cache/") or rel == ".gitattributes"
 
 
 def mirror(
@@ -73,7 +66,7 @@ def mirror(
         with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
             folder = Path(snapshot_download(source, repo_type=REPO_TYPE, revision=commit, local_dir=tmp,
                                             endpoint=src.endpoint, token=source_token))  # fmt: skip
-            tree = {p: f for p, f in _tree(folder).items() if p != ".gitattributes"}
+            tree = folder_tree(folder, _not_mirrored)
             result.notes += _register_keys(dst, namespace, folder)
             head = dst.branch_heads(target).get(branch)
             if head is not None and not tree_problems(tree, dst.tree(target, head)):

@@ -242,12 +242,17 @@ def stage_signed(
     key_file = stage / signing.key_file_path(signing.key_id(pub))
     key_file.parent.mkdir(parents=True, exist_ok=True)
     key_file.write_text(signing.key_file_text(pub))
+    return folder_tree(stage)
+
+
+def folder_tree(folder: Path, skip: Callable[[str], bool] = lambda rel: False) -> dict[str, FileId]:
+    """Repo path -> FileId of every file under `folder` (those `skip` names left out), as a hub tree lists them."""
     tree = {}
-    for path in sorted(p for p in stage.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        tree[path.relative_to(stage).as_posix()] = FileId(
-            len(data), git_hash(data), hashlib.sha256(data).hexdigest()
-        )
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if not skip(rel):
+            data = path.read_bytes()
+            tree[rel] = FileId(len(data), git_hash(data), hashlib.sha256(data).hexdigest())
     return tree
 
 
