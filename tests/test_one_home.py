@@ -1,5 +1,7 @@
-"""One home per concept (issue 42): each is defined once and imported everywhere else, read from the source
-with `ast` as tests/test_import_rules.py reads imports; nothing is imported or run.
+"""One home per concept (issue 42): every environment variable is read in registry/constants.py, and the
+commit id, the key id, the hub wire client and version -> commit are each defined in one file and imported
+everywhere else. Read from the source as tests/test_import_rules.py reads imports (environment reads with
+`ast`, definitions by a pattern over the code without its comments); nothing is imported or run.
 """
 
 from __future__ import annotations
