@@ -15,13 +15,56 @@ import traceback
 
 
 class _StderrHandler(logging.Handler):
-    """Writes each record as a plain line to the *current* sys.stderr (tests and callers may swap it)."""
+    """Writes each record as a plain line to the *current* sys.stderr (tests and callers may swap it).
+
+    Warnings and errors read `kernel-hub <command>: warning: <message>` once the command is known, as
+    failures do (`kernel-hub <command>: <message>`)."""
+
+    command: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            line = self.format(record)
+            if record.levelno >= logging.WARNING and self.command:
+                line = warning_line(
+                    self.command, line, "warning" if record.levelno == logging.WARNING else "error"
+                )
+            sys.stderr.write(line + "\n")
         except Exception:  # noqa: BLE001 - logging must never break the command
             self.handleError(record)
+
+
+def warning_line(command: str, message: str, level: str = "warning") -> str:
+    """`kernel-hub <command>: warning: <message>` (a message that names kernel-hub already is not named twice)."""
+    for prefix in (f"kernel-hub {command}: ", "kernel-hub: "):
+        message = message.removeprefix(prefix)
+    return f"kernel-hub {command}: {level}: {message}"
+
+
+def _show_warning(command: str):
+    """`warnings.showwarning` for the CLI: one line, no source file and line (those are for developers)."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        (file or sys.stderr).write(warning_line(command, " ".join(str(message).split())) + "\n")
+
+    return show
+
+
+def package_version() -> str:
+    """kernel-hub's version: the installed distribution's, else this checkout's pyproject.toml."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("kernel-hub")
+    except metadata.PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        try:
+            with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+                return tomllib.load(f)["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
 
 
 def _add_output_flags(parser: argparse.ArgumentParser, default) -> None:
@@ -48,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     from registry import commands  # every sub-command module imports its heavy parts only when it runs
 
     parser = argparse.ArgumentParser(prog="kernel-hub", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"kernel-hub {package_version()}")
     _add_output_flags(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.register(sub)
@@ -57,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
+def setup_logging(verbose: bool = False, quiet: bool = False, command: str | None = None) -> None:
     """Progress of `registry.*` as plain lines on stderr (one handler, however often this is called)."""
     logger = logging.getLogger("registry")
     # By class name: `python -m registry.cli` runs this module as __main__, and `serve`'s app then imports it
@@ -65,6 +109,7 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
     for handler in [h for h in logger.handlers if type(h).__name__ == _StderrHandler.__name__]:
         logger.removeHandler(handler)
     handler = _StderrHandler()
+    handler.command = command
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
@@ -72,9 +117,13 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(args.verbose, args.quiet)
+    setup_logging(args.verbose, args.quiet, args.command)
+    import warnings
+
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning(args.command)
+            return int(args.func(args) or 0)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure ends in one line
         from registry.commands.failures import describe
 

@@ -42,6 +42,7 @@ MAX_JOBS = "MAX_JOBS"  # parallel compile jobs of an nvcc build (as torch's cpp_
 PATH = "PATH"  # an nvcc build's child process gets it with the toolkit's bin/ in front
 XDG_STATE_HOME = "XDG_STATE_HOME"  # where a publish records its temporary branch until it is gone
 # The hub server and its commands
+HUB_DATA = "KERNEL_HUB_DATA"  # the hub's data directory (--data of serve and the admin commands)
 HUB_DB = "KERNEL_HUB_DB"  # database URL (keeps a password out of the process list)
 HUB_BLOBS = "KERNEL_HUB_BLOBS"  # blob store URL (s3://BUCKET[/PREFIX])
 HEAD_TIMEOUT_S = "KERNEL_HUB_HEAD_TIMEOUT_S"  # set by `serve` for its spawned workers
@@ -113,6 +114,10 @@ def search_path() -> str:
 
 def xdg_state_home() -> str | None:
     return _get(XDG_STATE_HOME)
+
+
+def hub_data() -> str | None:
+    return _get(HUB_DATA)
 
 
 def hub_db() -> str | None:

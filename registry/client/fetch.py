@@ -128,6 +128,20 @@ def repo_folder(repo_id: str) -> str:
     return "--".join([f"{REPO_TYPE}s", *repo_id.split("/")])
 
 
+def said(error: BaseException) -> str:
+    """An HTTP error in one line: the status and the hub's own message (huggingface_hub's str() of a 404 is
+    ~600 characters of advice about the Hugging Face website); other errors as they are."""
+    if isinstance(error, HfHubHTTPError) and error.response is not None:
+        r = error.response
+        message = r.headers.get("X-Error-Message")
+        if not message:  # a hub that does not say why: huggingface_hub's text is about its own website
+            message = (error.server_message or "").strip().split("\n")[0] or r.reason_phrase
+            if r.status_code in (401, 404):
+                message += " (no such repo, or it is private: pass a token)"
+        return f"{r.status_code} {' '.join(message.split())[:300]}"
+    return " ".join(str(error).split())[:300]
+
+
 def token_advice(error: BaseException) -> str:
     """What to do about an HTTP 401/403 answer (the token), else ""."""
     status = (
@@ -156,7 +170,9 @@ def resolve_commit(hub: Hub, repo_id: str, version: int | None, revision: str | 
         except VersionNotFound as e:
             raise FetchError(f"version {version} does not exist (versions on this repo: {e.have})") from None
         except (HTTPError, OSError) as e:
-            raise FetchError(f"cannot resolve {repo_id}@{ref} on {hub.endpoint}: {e}{token_advice(e)}") from e
+            raise FetchError(
+                f"cannot resolve {repo_id}@{ref} on {hub.endpoint}: {said(e)}{token_advice(e)}"
+            ) from e
         else:
             write_atomic(hub.repo_dir(repo_id) / "refs" / ref, commit.encode())
             return commit
@@ -222,7 +238,7 @@ def variant_metadata(hub: Hub, repo_id: str, commit: str) -> dict[str, dict]:
             pass
         except (HTTPError, OSError) as e:
             raise FetchError(
-                f"cannot list build variants of {repo_id}@{commit[:12]} on {hub.endpoint}: {e}{token_advice(e)}"
+                f"cannot list build variants of {repo_id}@{commit[:12]} on {hub.endpoint}: {said(e)}{token_advice(e)}"
             ) from e
         else:
             write_atomic(listing, json.dumps({"variants": names}).encode())

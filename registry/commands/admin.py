@@ -21,13 +21,18 @@ from registry.errors import UsageError
 from registry.hub import validate
 from registry.hub.errors import HubError
 
+from .output import json_arg, print_json
+
 if TYPE_CHECKING:
     from registry.hub.storage import Storage
     from registry.hub.storage.accounts import Accounts
 
 log = logging.getLogger(__name__)
 
-DATA_HELP = "the hub's data directory: SQLite hub.sqlite3 + blobs/ (what `kernel-hub serve --data` uses)"
+DATA_HELP = (
+    "the hub's data directory: SQLite hub.sqlite3 + blobs/ (what `kernel-hub serve --data` uses; default: "
+    "$KERNEL_HUB_DATA)"
+)
 DB_HELP = (
     "database instead of DATA/hub.sqlite3, e.g. postgresql+psycopg://USER:PASS@HOST:PORT/DB (default: "
     "$KERNEL_HUB_DB, which keeps the password out of the process list)"
@@ -41,7 +46,8 @@ INIT_HELP = "start a new hub in --data (or --db) if it holds none (default: refu
 
 def store_args(p: argparse.ArgumentParser, *, init: bool) -> None:
     """The options that say which hub store a command opens: `--data DIR`, or a fleet's `--db URL --blobs …`."""
-    p.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)
+    data = constants.hub_data() if not constants.hub_db() else None  # --db in the environment: a fleet
+    p.add_argument("--data", type=Path, metavar="DIR", default=Path(data) if data else None, help=DATA_HELP)
     p.add_argument("--db", metavar="URL", default=constants.hub_db(), help=DB_HELP)
     p.add_argument(
         "--blobs",
@@ -66,6 +72,7 @@ def register(subparsers) -> None:
     t.set_defaults(func=_token_create)
     t = tok.add_parser("list", help="list tokens: id (hash prefix), user, extra namespaces, created")
     store_args(t, init=False)
+    json_arg(t, "the tokens")
     t.set_defaults(func=_token_list)
     t = tok.add_parser("revoke", help="delete a token: it stops working at once")
     t.add_argument(
@@ -87,6 +94,7 @@ def register(subparsers) -> None:
     o.set_defaults(func=_org_create)
     o = org.add_parser("list", help="list orgs: name, trusted flag, number of members")
     store_args(o, init=False)
+    json_arg(o, "the orgs")
     o.set_defaults(func=_org_list)
     o = org.add_parser("members", help="list an org's members (after --add/--remove)")
     o.add_argument("name", help="org name")
@@ -97,6 +105,7 @@ def register(subparsers) -> None:
         "--remove", action="append", default=[], metavar="USER", help="remove this user first (repeatable)"
     )
     store_args(o, init=False)
+    json_arg(o, "the members")
     o.set_defaults(func=_org_members)
 
     key = subparsers.add_parser(
@@ -117,6 +126,7 @@ def register(subparsers) -> None:
     k = key.add_parser("list", help="list publisher keys: namespace, key id, registered")
     k.add_argument("namespace", nargs="?", help="only this namespace's keys")
     store_args(k, init=False)
+    json_arg(k, "the keys (with rotation endorsements)")
     k.set_defaults(func=_key_list)
     k = key.add_parser("revoke", help="remove a publisher key: loaders stop accepting what only it signs")
     k.add_argument("namespace", help="the key's namespace")
@@ -141,7 +151,7 @@ def hub_exists(args: argparse.Namespace) -> bool:
             engine.dispose()
     if args.data:
         return (args.data / db.DB_FILE).is_file()
-    raise UsageError("give --data DIR, or --db URL (or set KERNEL_HUB_DB)")
+    raise UsageError("give --data DIR (or set KERNEL_HUB_DATA), or --db URL (or set KERNEL_HUB_DB)")
 
 
 def _require_hub(args: argparse.Namespace, create: bool) -> None:
@@ -189,8 +199,13 @@ def _when(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _table(rows: list[list[str]], header: list[str]) -> None:
-    """Aligned columns on stdout (nothing but the header when there are no rows)."""
+def _table(rows: list[list[str]], header: list[str], as_json: bool = False) -> None:
+    """Aligned columns on stdout (nothing but the header when there are no rows); `as_json`: a JSON list of
+    objects keyed by the header's words."""
+    if as_json:
+        keys = [h.lower().replace(" ", "_") for h in header]
+        print_json([dict(zip(keys, r, strict=True)) for r in rows])
+        return
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
@@ -208,7 +223,7 @@ def _token_list(args: argparse.Namespace) -> int:
         [t["id"], t["user"], ",".join(t["write"]) or "-", _when(t["created_at"])]
         for t in open_store(args).tokens()
     ]
-    _table(rows, ["ID", "USER", "ALSO WRITES", "CREATED"])
+    _table(rows, ["ID", "USER", "ALSO WRITES", "CREATED"], args.json)
     return 0
 
 
@@ -230,7 +245,7 @@ def _org_create(args: argparse.Namespace) -> int:
 
 def _org_list(args: argparse.Namespace) -> int:
     rows = [[o["name"], "yes" if o["trusted"] else "no", str(o["members"])] for o in open_store(args).orgs()]
-    _table(rows, ["ORG", "TRUSTED", "MEMBERS"])
+    _table(rows, ["ORG", "TRUSTED", "MEMBERS"], args.json)
     return 0
 
 
@@ -249,7 +264,11 @@ def _org_members(args: argparse.Namespace) -> int:
         missing = sorted(set(args.remove) - set(store.remove_members(args.name, args.remove)))
         if missing:
             log.warning("not members of %s: %s", args.name, ", ".join(missing))
-    for user in store.org(args.name)["members"]:
+    members = store.org(args.name)["members"]
+    if args.json:
+        print_json(members)
+        return 0
+    for user in members:
         print(user)
     return 0
 
@@ -281,6 +300,9 @@ def _key_add(args: argparse.Namespace) -> int:
 
 def _key_list(args: argparse.Namespace) -> int:
     keys = [k for k in open_store(args).all_keys() if args.namespace in (None, k["namespace"])]
+    if args.json:
+        print_json([{**k, "registered": _when(k["created_at"])} for k in keys])
+        return 0
     _table(
         [[k["namespace"], k["id"], _when(k["created_at"])] for k in keys],
         ["NAMESPACE", "KEY ID", "REGISTERED"],

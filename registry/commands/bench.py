@@ -16,6 +16,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .output import output_arg
+
 log = logging.getLogger(__name__)
 
 
@@ -34,7 +36,7 @@ def register(subparsers) -> None:
         help="leave out the torch.compile fallback (compiling takes seconds)",
     )
     p.add_argument("--rounds", type=int, help="timed batches per implementation and workload")
-    p.add_argument("--out", type=Path, help="also write the record here, after every workload")
+    output_arg(p, "also write the record here, after every workload")
     p.add_argument("--no-record", action="store_true", help="do not commit the record to the hub")
     p.add_argument("--trust-remote-code", action="store_true", help="time a repo whose org is not trusted")
     p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
@@ -81,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
         endpoint=args.endpoint,
         token=args.token,
         trust_remote_code=args.trust_remote_code,
-        progress=lambda r: _write(args.out, r),
+        progress=lambda r: _write(args.output, r),
     )
-    _write(args.out, record)
+    _write(args.output, record)
     sys.stdout.write(table(record))
     variants = [i for i in record.implementations() if i not in (BASELINE, FALLBACK_COMPILE)]
     order, speedups = recorded_order(variants, [record], record.env)

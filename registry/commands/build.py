@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .output import json_arg, output_arg, print_json
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -20,7 +22,8 @@ def register(subparsers) -> None:
         help="kernel package folder with a build.toml (default: --source, else kernel_src/fused_mlp)",
     )
     p.add_argument("--source", type=Path, help="the same as PATH (kept for older scripts)")
-    p.add_argument("--out", type=Path, help="dist directory, replaced (default: dist/<kernel name>)")
+    output_arg(p, "dist directory, replaced (default: dist/<kernel name>)")
+    json_arg(p, "the variants built (status, path, notes)")
     p.add_argument(
         "--matrix", type=Path, help="build matrix (default: build/matrix.toml here or in a parent folder)"
     )
@@ -58,13 +61,24 @@ def run(args: argparse.Namespace) -> int:
     source = args.path or args.source or Path("kernel_src/fused_mlp")
     result = build(
         source,
-        args.out or Path("dist") / kernel_name(source, args.matrix),
+        args.output or Path("dist") / kernel_name(source, args.matrix),
         args.matrix,
         only=args.variants,
         aot=not args.no_aot,
         aot_archs=tuple(args.archs) if args.archs else None,
         require_cuda=args.require_cuda,
     )
+    if args.json:
+        print_json(
+            {
+                "out": str(result.out),
+                "variants": [
+                    {"name": v.name, "status": v.status, "path": v.path, "notes": list(v.notes)}
+                    for v in result.variants
+                ],
+            }
+        )
+        return 0
     for v in result.variants:
         where = f"  {v.path}" if v.path else ""
         print(f"{v.status:8} {v.name}{where}")

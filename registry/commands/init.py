@@ -23,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
 
     dest = init_package(args.name, args.dir)
     print(dest)
-    print(f"  next: kernel-hub build {dest} --out dist/{args.name}")
+    print(f"  next: kernel-hub build {dest} --output dist/{args.name}")
     return 0

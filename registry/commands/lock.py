@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from registry.errors import UsageError
+from registry.errors import KernelHubError, UsageError
+
+from .output import output_arg
 
 
 def register(subparsers) -> None:
@@ -22,9 +25,15 @@ def register(subparsers) -> None:
         metavar="REPO=N",
         help="lock this kernel at version N instead of reading pyproject.toml (repeatable)",
     )
-    p.add_argument("--output", type=Path, help="where to write (default: PROJECT/kernels.lock)")
+    output_arg(p, "where to write (default: PROJECT/kernels.lock)")
     p.add_argument("--endpoint", help="hub URL (default: $HF_ENDPOINT, else the Hugging Face Hub)")
     p.add_argument("--token", help="read token for private repos (default: $HF_TOKEN or the saved token)")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="lock the commits this machine last resolved (the HF cache's refs/vN) without asking the hub; "
+        "without it, a hub that does not answer writes nothing",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,7 +52,15 @@ def run(args: argparse.Namespace) -> int:
     from registry.client.lock import LOCK_FILE, lock_text, project_dependencies
 
     deps = _kernel_args(args.kernel) if args.kernel else project_dependencies(args.project)
-    text = lock_text(Hub.from_env(args.endpoint, args.token), deps)
+    hub = Hub.from_env(args.endpoint, args.token)
+    if args.offline:
+        hub = dataclasses.replace(hub, offline_env=True)
+    text = lock_text(hub, deps)
+    if hub.unreachable is not None:  # the pins came from the cache: maybe not what vN is at now
+        raise KernelHubError(
+            f"{hub.endpoint} is unreachable ({hub.unreachable}), so the commits vN is at now are unknown; "
+            f"nothing written: retry when it answers, or pass --offline to lock the cached commits"
+        )
     out = args.output or args.project / LOCK_FILE
     out.write_text(text)
     print(out)

@@ -4,10 +4,13 @@ fleet), safe while it serves."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 from registry.commands.admin import open_storage, store_args
 from registry.spec import names
+
+from .output import json_arg, print_json
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +36,13 @@ def register(subparsers) -> None:
         f"(interrupted ones; default {names.STALE_PUBLISH_S:g}, the publisher's own rule)",
     )
     p.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
+    json_arg(p, "the report")
     p.set_defaults(func=_gc)
 
     f = subparsers.add_parser("fsck", help="re-hash every blob; quarantine damaged ones, report missing ones")
     store_args(f, init=False)
     f.add_argument("--no-quarantine", action="store_true", help="only report damaged blobs")
+    json_arg(f, "the report")
     f.set_defaults(func=_fsck)
 
 
@@ -54,6 +59,9 @@ def _gc(args: argparse.Namespace) -> int:
 
     store, blobs = _open(args)
     r = gc(store, blobs, grace_s=args.grace, publish_max_age_s=args.publish_max_age, dry_run=args.dry_run)
+    if args.json:
+        print_json({"dry_run": args.dry_run, **dataclasses.asdict(r)})
+        return 0
     verb = "would remove" if args.dry_run else "removed"
     print(
         f"{verb}: {r.temp_files} temp files, {len(r.branches)} publish branches, "
@@ -76,6 +84,9 @@ def _fsck(args: argparse.Namespace) -> int:
 
     store, blobs = _open(args)
     r = fsck(store, blobs, quarantine=not args.no_quarantine)
+    if args.json:
+        print_json({"ok": r.ok, **dataclasses.asdict(r)})
+        return 0 if r.ok else 1
     print(f"checked {r.checked} blobs: {len(r.damaged)} damaged, {len(r.missing)} referenced but missing")
     for line in r.damaged:
         print(f"  damaged {line}")

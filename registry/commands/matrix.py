@@ -14,6 +14,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .output import output_arg
+
 log = logging.getLogger(__name__)
 
 FORMATS = ("md", "json", "html")
@@ -29,6 +31,9 @@ def register(subparsers) -> None:
     p.add_argument("--version", type=int, help="N (branch vN); default: every version")
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default: md)")
     p.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="the same as --format json"
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help="load the kernel here, check it against eager PyTorch, record the result on `compat`",
@@ -43,7 +48,7 @@ def register(subparsers) -> None:
         help="build/matrix.toml to read the environments from (default: what the version promises in its "
         "metadata; for versions built without that, the matrix file here or in a parent folder)",
     )
-    p.add_argument("--output", type=Path, help="write the rendering here instead of stdout")
+    output_arg(p, "write the rendering here instead of stdout")
     p.set_defaults(func=run)
 
     plan = subparsers.add_parser(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
+
+from .output import json_arg, print_json
 
 
 def register(subparsers) -> None:
@@ -40,6 +43,7 @@ def register(subparsers) -> None:
         help="also sign keyless (metadata.json.sigstore) with this CI job's OIDC identity "
         "(GitHub Actions with `permissions: id-token: write`)",
     )
+    json_arg(p, "the result (repo, version, commit, previous head, variants, key id, notes)")
     p.set_defaults(func=run)
 
 
@@ -58,5 +62,8 @@ def run(args: argparse.Namespace) -> int:
         sigstore=args.sigstore,
         update=args.update,
     )
-    print(result.summary())
+    if args.json:
+        print_json({**dataclasses.asdict(result), "unchanged": result.unchanged})
+    else:
+        print(result.summary())
     return 0

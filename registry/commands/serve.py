@@ -215,11 +215,36 @@ def startup_lines(args: argparse.Namespace, new: bool, storage: Storage) -> list
     return lines
 
 
+def check_port_free(host: str, port: int) -> None:
+    """One line before the banner when the address is taken (uvicorn would print its banner, then Errno 98)."""
+    import errno
+    import socket
+
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise KernelHubError(
+                    f"{host}:{port} is already in use (another `kernel-hub serve`?); stop it, or pass --port"
+                ) from None
+            raise KernelHubError(
+                f"cannot listen on {host}:{port} ({e.strerror}); check --host and --port"
+            ) from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     from registry.hub.server import run
 
     # Open the storage once here, so a bad option, an unreachable store or an old schema is one clear line
     # before any worker starts (SQLite is also upgraded here, once, not by every worker).
+    check_port_free(args.host, args.port)
     new = not hub_exists(args)
     storage = open_storage(args, create=True)
     storage.engine.dispose()

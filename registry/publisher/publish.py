@@ -380,6 +380,7 @@ def publish(
         refuse_second_key(client, namespace, key_path)
     key, created = signing.load_or_create_key(key_path)
     pub = signing.public_key_b64(key)
+    log.debug("signing with key %s from %s", signing.key_id(pub), key_path)
     notes = []
     if created:
         notes.append(f"created publisher key {key_path}")
@@ -388,6 +389,7 @@ def publish(
     client.api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True, private=private)
     heads = client.branch_heads(repo_id)
     head = heads.get(branch)
+    log.debug("%s on %s: %s is at %s", repo_id, client.endpoint, branch, head or "nothing (a new version)")
     if head is not None:
         published = head_apis(client, repo_id, head)
         problems = compatibility_problems(published, new_api)
@@ -423,7 +425,15 @@ def publish(
                     f"pass --update to replace it (users of version={version} get the new build), or publish "
                     f"it as --version {next_free_version(heads)}"
                 )
-            log.info("uploading %d files of %s to %s", len(expected), dist, client.endpoint)
+            log.info(
+                "uploading %d files of %s (%s) to %s",
+                len(expected),
+                dist,
+                _size(sum(f.size for f in expected.values())),
+                client.endpoint,
+            )
+            for path, f in sorted(expected.items()):
+                log.debug("  %s  %s  sha256 %s", path, _size(f.size), f.sha256[:12])
             commit = _upload_and_swap(client, repo_id, branch, head, stage, expected)
     return PublishResult(repo_id, version, commit, head, sorted(metas), signing.key_id(pub), notes)
 
@@ -443,6 +453,10 @@ def refuse_second_key(client: HubClient, namespace: str, key_path: Path) -> None
             f"`kernel-hub key import {namespace} FILE` here, or --key / KERNEL_HUB_KEY), or add a new key on "
             f"purpose with `kernel-hub key rotate {namespace}` from a machine holding a current key"
         )
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
 def remove_stale_publish_branches(client: HubClient, repo_id: str, heads: Mapping[str, str]) -> list[str]:
@@ -481,6 +495,7 @@ def _upload_and_swap(
     """Upload `stage` to a temporary branch, check its tree, CAS `branch` from `head` to it; return vN's commit."""
     temp = names.publish_branch(time.time(), uuid.uuid4().hex[:12])
     record = inflight.start(client.endpoint, repo_id, temp)
+    log.debug("temporary branch %s (recorded in %s)", temp, record)
     try:
         client.api.create_branch(repo_id, branch=temp, revision=head, repo_type=REPO_TYPE)
         client.api.upload_folder(
@@ -500,6 +515,7 @@ def _upload_and_swap(
                 f"the uploaded tree at {final} differs from the dist ({'; '.join(problems[:5])}); "
                 f"{branch} was not moved"
             )
+        log.debug("uploaded tree at %s matches the dist; moving %s from %s", final, branch, head or "nothing")
         swapped = ref_update(client, repo_id, branch, head, final)  # also when final == head: confirms vN
         if swapped is None:
             log.info(
