@@ -19,7 +19,8 @@ def register(subparsers) -> None:
         "path",
         nargs="?",
         type=Path,
-        help="kernel package folder with a build.toml (default: --source, else kernel_src/fused_mlp)",
+        help="kernel package folder with a build.toml (default: --source, else this folder when it has a "
+        "build.toml, else kernel_src/fused_mlp)",
     )
     p.add_argument("--source", type=Path, help="the same as PATH (kept for older scripts)")
     output_arg(p, "dist directory, replaced (default: dist/<kernel name>)")
@@ -55,10 +56,12 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from registry.errors import UsageError
     from registry.publisher.build import build, kernel_name
+    from registry.spec.package import BUILD_TOML
 
     if args.path and args.source and args.path != args.source:
         raise UsageError(f"two packages given ({args.path} and --source {args.source}): pass one")
-    source = args.path or args.source or Path("kernel_src/fused_mlp")
+    here = Path(".") if Path(BUILD_TOML).is_file() else None  # run inside a package: build it
+    source = args.path or args.source or here or Path("kernel_src/fused_mlp")
     result = build(
         source,
         args.output or Path("dist") / kernel_name(source, args.matrix),

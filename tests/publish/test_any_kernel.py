@@ -82,7 +82,9 @@ def test_init_build_publish_load(hub, hub_env, tmp_path):
     assert sorted(p.name for p in (triton / "my_kernel" / "cubins").rglob("*.zip")) == ["sm_80.zip"]
     assert "my_kernel/cubins/" + meta["triton"][0] + "/sm_80.zip" in meta["digest"]["files"]
     assert not (tmp_path / "dist" / "build" / "torch-cpu" / "my_kernel" / "cubins").exists()
-    cli("build", str(project), "--out", str(tmp_path / "again"), "--arch", "sm_80", cwd=tmp_path)
+    cli(
+        "build", "--out", str(tmp_path / "again"), "--arch", "sm_80", cwd=project
+    )  # PATH: the folder it runs in
     for variant in (
         "torch-cuda",
         "torch-cpu",
