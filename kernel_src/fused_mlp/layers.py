@@ -101,7 +101,7 @@ class GPT2MLP(nn.Module):
 
     Conv1D keeps its weight as [in, out] (x @ W + b) where the ops take [out, in]: each weight goes in as its
     transpose, a view of the module's own parameter, which the op lays out row-major for its kernels on
-    every call (the speed check at the model's shapes includes that copy).
+    every call: a copy of both weights per forward, until the ops read K-major weights.
     """
 
     can_torch_compile = True

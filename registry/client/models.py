@@ -10,18 +10,17 @@ blocks (`gate_proj`, `up_proj`, `down_proj`, `act_fn`: Llama, Qwen2, Mistral, Ge
 GPT-2's block `layers.GPT2MLP`. A class that transformers already marks for hub kernels keeps its name and is
 mapped to our layer. The layers read the module's own parameters: nothing is copied at kernelize time.
 
-`kernel_report` then times each replaced module's forward against the module's own, on its own weights, at
-the row counts of decode and prefill, with the loader's speed-check timing (`speed.time_calls`); a module
-whose kernel is slower than its own forward beyond the speed check's margin at any of them gets its own
-forward back, as `kernelize` gives a module without a kernel. Modules of one class and shape share a verdict.
+`kernel_report` then asks the loader's speed check at the user's shapes (`shape_speed.timed_verdicts`) about
+each replaced module's widths, activation and dtype: our op against the package's eager reference (what the
+module's own forward computes) at the decode-to-prefill row buckets of `shape_speed.ROWS`, timed once per GPU
+and cached like get_kernel's verdicts. A module whose kernel is slower at any bucket gets its own forward back,
+as `kernelize` gives a module without a kernel. Modules of one class and shape share a verdict.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MethodType, ModuleType
@@ -29,13 +28,11 @@ from types import MethodType, ModuleType
 import torch
 from torch import nn
 
-from .speed import DECISIVE, ROUNDS_BATCH, timing_threads
-from .speed import time_calls as _time_calls
+from .check import cache_key
+from .shape_speed import Shape, timed_verdicts
 from .speed_records import MARGIN
 
 GATED, GPT2 = "GatedMLP", "GPT2MLP"
-# Rows a block sees: one decode token, a decode batch, a prefill chunk, a long prompt. CPU: small, for CI.
-REPORT_ROWS = {"cuda": (1, 8, 512, 2048), "cpu": (1, 16)}
 
 
 def layer_for(module: nn.Module) -> str | None:
@@ -100,13 +97,13 @@ def _fits(module: nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class RowSpeed:
-    """One row count: the path the kernel takes there, µs of its forward and of the module's own."""
+    """One row bucket: the path the kernel takes there, µs of our op and of the eager reference."""
 
     rows: int
     path: str
     kernel_us: float
-    own_us: float
-    ratio: float  # median of paired kernel / own times
+    fallback_us: float
+    ratio: float  # kernel / fallback, as the speed check decides it
 
     @property
     def speedup(self) -> float:
@@ -126,15 +123,17 @@ class ModuleReport:
     widths: tuple[int, ...]
     dtype: str
     device: str
+    shape: str  # the speed check's shape key, e.g. `gated_mlp 2048x8192 silu bfloat16`
     rows: tuple[RowSpeed, ...]
-    pays: bool  # not slower than the module's own forward (beyond the speed check's margin) at any row count
+    pays: bool  # not slower than the eager reference (beyond the speed check's margin) at any row bucket
     restored: bool  # the modules run their own forward again
+    cached: bool  # the verdict came from the speed cache (timed before on this GPU)
 
     def verdict(self) -> str:
         if self.pays:
             return "runs our kernel"
         slow = ", ".join(
-            f"M={r.rows} ({r.kernel_us:.1f} vs {r.own_us:.1f} µs)"
+            f"M={r.rows} ({r.kernel_us:.1f} vs {r.fallback_us:.1f} µs)"
             for r in self.rows
             if r.ratio > 1 + MARGIN[self.device]
         )
@@ -153,12 +152,12 @@ class KernelReport:
             first, n = m.names[0], len(m.names)
             lines.append(
                 f"{first}{f' (+{n - 1} alike)' if n > 1 else ''}: {m.block} -> {m.layer} from {m.repo} "
-                f"[{m.variant}, {m.backend}] widths {'x'.join(map(str, m.widths))} {m.dtype} on {m.device}: "
-                f"{m.verdict()}"
+                f"[{m.variant}, {m.backend}] {m.shape} on {m.device}: {m.verdict()}"
+                f"{' (cached)' if m.cached else ''}"
             )
             for r in m.rows:
                 lines.append(
-                    f"    M={r.rows:<5} {r.path:<40} kernel {r.kernel_us:9.1f} µs  own {r.own_us:9.1f} µs  "
+                    f"    M={r.rows:<5} {r.path:<40} kernel {r.kernel_us:9.1f} µs  eager {r.fallback_us:9.1f} µs  "
                     f"x{r.speedup:.2f}"
                 )
         return "\n".join(lines) if lines else "no module runs a kernel"
@@ -198,11 +197,9 @@ def replaced_modules(model: nn.Module) -> list[tuple[str, nn.Module, ModuleType,
     return found
 
 
-def kernel_report(
-    model: nn.Module, rows: Sequence[int] | None = None, *, restore: bool = True
-) -> KernelReport:
-    """Time every replaced module against its own forward at `rows` (default REPORT_ROWS of its device); with
-    `restore`, a module whose kernel is slower at any of them gets its own forward back."""
+def kernel_report(model: nn.Module, *, restore: bool = True) -> KernelReport:
+    """The speed check at each replaced module's shape (module docstring); with `restore`, a module whose kernel
+    is slower at any row bucket gets its own forward back."""
     groups: dict[tuple, list] = {}
     for name, module, pkg, layer in replaced_modules(model):
         p = next(module.parameters())
@@ -210,17 +207,22 @@ def kernel_report(
         groups.setdefault(key, []).append((name, module, pkg, layer))
     reports = []
     for (cls, layer, _, widths, dtype, dev), members in groups.items():
-        name, module, pkg, _ = members[0]
+        _, module, pkg, _ = members[0]
         device = dev.type
-        speeds = tuple(
-            _row_speed(module, pkg, layer, m, device, dtype)
-            for m in (REPORT_ROWS[device] if rows is None else rows)
+        repo, variant, revision = _origin(pkg)
+        shape = _shape(pkg, module, layer, dtype)
+        v = timed_verdicts(
+            pkg, pkg.reference, [shape], key=cache_key(revision, variant, device), device=device
         )
-        keep = all(r.ratio <= 1 + MARGIN[device] for r in speeds)
-        if restore and not keep:
+        verdict = v[shape]
+        speeds = tuple(
+            RowSpeed(rows, _path(pkg, layer, rows, device), c.kernel_us, c.fallback_us, c.ratio)
+            for c in verdict.cases
+            for rows in [int(c.workload.rpartition("M=")[2])]
+        )
+        if restore and not verdict.faster:
             for _, mod, _, _ in members:
                 _own_forward(mod)
-        repo, variant = _origin(pkg)
         reports.append(
             ModuleReport(
                 tuple(n for n, *_ in members),
@@ -232,9 +234,11 @@ def kernel_report(
                 widths,
                 str(dtype).removeprefix("torch."),
                 device,
+                shape.key,
                 speeds,
-                keep,
-                restore and not keep,
+                verdict.faster,
+                restore and not verdict.faster,
+                verdict.cached,
             )
         )
     return KernelReport(tuple(reports))
@@ -246,38 +250,25 @@ def _widths(module: nn.Module) -> tuple[int, ...]:
     return tuple(module.c_fc.weight.shape) + (module.c_proj.weight.shape[1],)
 
 
-def _row_speed(module, pkg, layer: str, rows: int, device: str, dtype: torch.dtype) -> RowSpeed:
-    """The kernel's forward against the module's own at `rows` rows, inference, on fresh inputs."""
-    x = torch.randn(1, rows, _widths(module)[0], device=device, dtype=dtype)
-    kernel_fwd, own_fwd = module.forward, type(module).forward
-    calls = {"kernel": lambda: kernel_fwd(x), "own": lambda: own_fwd(module, x)}
-    r, batch = ROUNDS_BATCH[device]
-    with torch.no_grad(), timing_threads(device):
-        s = _time_calls(calls, device, rounds=r, batch=batch, stop=_decided)
-    ratio = statistics.median(k / o for k, o in zip(s["kernel"], s["own"]))
-    return RowSpeed(
-        rows,
-        _path(pkg, layer, rows, device),
-        round(statistics.median(s["kernel"]), 2),
-        round(statistics.median(s["own"]), 2),
-        round(ratio, 4),
-    )
+def _shape(pkg: ModuleType, module: nn.Module, layer: str, dtype: torch.dtype) -> Shape:
+    """The speed check's shape of `module`'s block: op, widths, activation (as our layer reads it), dtype."""
+    name = str(dtype).removeprefix("torch.")
+    if layer == GATED:
+        return Shape("gated_mlp", _widths(module), pkg.layers.activation_of(module.act_fn), name)
+    return Shape("mlp", _widths(module), pkg.layers.activation_of(module.act), name, bias=True)
 
 
-def _decided(samples: dict[str, list[float]]) -> bool:
-    return samples["kernel"][-1] > DECISIVE * samples["own"][-1]
-
-
-def _origin(pkg: ModuleType) -> tuple[str, str]:
-    """(repo@revision, variant directory) of a kernel package that `kernels` loaded."""
+def _origin(pkg: ModuleType) -> tuple[str, str, str]:
+    """(repo@revision, variant directory, revision) of a kernel package that `kernels` loaded."""
     from kernels import get_loaded_kernels
 
     where = Path(pkg.__file__).parent  # <variant>/<package>/__init__.py, or <variant>/__init__.py
     variant = where.name if (where / "metadata.json").exists() else where.parent.name
     for loaded in get_loaded_kernels():
         if loaded.module is pkg and loaded.repo_info is not None:
-            return f"{loaded.repo_info.repo_id}@{loaded.repo_info.revision[:12]}", variant
-    return "local", variant
+            rev = loaded.repo_info.revision
+            return f"{loaded.repo_info.repo_id}@{rev[:12]}", variant, rev
+    return "local", variant, str(where)
 
 
 def _backend(pkg: ModuleType, device: str) -> str:
