@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
-from . import commits, files, lfs, orgs, pages, refs, repos
+from . import commits, files, home, lfs, orgs, pages, refs, repos
 from .access_log import AccessLog
 from .errors import HubError
 from .pages import PageSection
@@ -46,6 +46,7 @@ ROUTES = [
     *files.ROUTES,
     *commits.ROUTES,
     *pages.ROUTES,
+    *home.ROUTES,
 ]
 ROUTES.sort(key=lambda r: r.pattern[:1] == ("{ns}",))
 # Our routes beyond the HF Hub API (docs/HUB_PROTOCOL.md): left out when HubConfig.extension_routes is False.
@@ -104,6 +105,8 @@ class HubApp:
             )
         route, params, path_matched = find(self.routes, request.method, segs)
         try:
+            if route is None and request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+                return pages.not_found(HubError("NotFound", f"there is no page at {_path(request)}"))
             if route is None:
                 kind = "MethodNotAllowed" if path_matched else "NotFound"
                 raise HubError(kind, f"no {request.method} endpoint at {_path(request)} on this hub")

@@ -1,8 +1,8 @@
 """The hub's web pages, rendered from the Jinja2 templates in `templates/`:
 
-- `/` the public repos;
-- `/kernels/{ns}/{name}` a kernel: its README (Markdown, rendered), a table of versions (`vN` branches), and the
-  newest version in full: variants and the injected sections;
+- `/`, `/kernels`, `/kernels/{ns}`, `/{ns}/{name}`: the overview pages, in home.py;
+- `/kernels/{ns}/{name}` a kernel: its README (Markdown, rendered), a usage snippet, a table of versions (`vN`
+  branches) with their signers, and the newest version in full: variants and the injected sections;
 - `/kernels/{ns}/{name}/tree/vN` one version in full, with its files;
 - `/kernels/{ns}/{name}/commit/{oid}` one commit (the `commitUrl` the hub answers after a commit points here).
 
@@ -30,7 +30,7 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 from starlette.responses import HTMLResponse
 
-from registry.spec.names import COMPAT_BRANCH, KERNEL_REPO_TYPE, is_version_branch, version_of
+from registry.spec.names import COMPAT_BRANCH, is_version_branch, version_of
 from registry.spec.variant import metadata_path
 
 from .errors import HubError
@@ -80,7 +80,7 @@ def render_markdown(text: str) -> Markup:
     return Markup(_MARKDOWN.render(text))
 
 
-def _page(template: str, status: int = 200, headers: dict | None = None, **context) -> HTMLResponse:
+def render(template: str, status: int = 200, headers: dict | None = None, **context) -> HTMLResponse:
     return HTMLResponse(
         _TEMPLATES.get_template(template).render(**context), status_code=status, headers=headers
     )
@@ -88,7 +88,7 @@ def _page(template: str, status: int = 200, headers: dict | None = None, **conte
 
 def not_found(err: HubError, back_url: str = "/", back_text: str = "All repositories") -> HTMLResponse:
     """The HTML 404 for a page: the hub's message, and the API's error code for tools."""
-    return _page(
+    return render(
         "not_found.html",
         status=err.status,
         headers={"X-Error-Code": err.code},
@@ -170,13 +170,8 @@ def _backend(meta: dict) -> str:
     return f"{backend.get('type', '')}" + (f" ({archs})" if archs else "")
 
 
-def _date(epoch: float) -> str:
+def format_date(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def index(call: Call):
-    repos = [r for r in call.hub.store.list() if not r.private]
-    return _page("index.html", repos=repos, kernel_type=KERNEL_REPO_TYPE)
 
 
 def reader(call: Call, manifest: Manifest) -> Callable[[str], bytes]:
@@ -223,7 +218,7 @@ def compat_files(call: Call, repo, head: str | None) -> dict[str, bytes]:
     return out
 
 
-def _versions(call: Call, repo) -> list[tuple[int, str]]:
+def version_heads(call: Call, repo) -> list[tuple[int, str]]:
     """(N, commit) of every `vN` branch, newest first."""
     refs = call.hub.store.refs(repo)
     return sorted(((n, r.commit_id) for r in refs if r.kind == "branch" and (n := version_of(r.name)) is not None), reverse=True)  # fmt: skip
@@ -240,7 +235,7 @@ def _version(call: Call, repo, number: int, commit_id: str, *, sections: bool) -
         "commit": commit_id,
         "commit_url": f"{base}/commit/{commit_id}",
         "page_url": f"{base}/tree/v{number}",
-        "date": _date(store.get_commit(repo, commit_id).created_at),
+        "date": format_date(store.get_commit(repo, commit_id).created_at),
         "variants": [(v, _backend(m)) for v, m in variants_of(manifest, read).items()],
         "signer": signer_of(manifest, read, call.hub.accounts.keys(repo.namespace)),
         "sections": [],
@@ -291,9 +286,13 @@ def kernel_page(call: Call):
     repo, missing = _kernel_repo(call)
     if missing:
         return missing
-    versions = [_version(call, repo, n, c, sections=i == 0) for i, (n, c) in enumerate(_versions(call, repo))]
+    versions = [
+        _version(call, repo, n, c, sections=i == 0) for i, (n, c) in enumerate(version_heads(call, repo))
+    ]
     readme = _readme(versions[0]) if versions else None
-    return _page("kernel.html", repo_id=repo.repo_id, versions=versions, readme=readme)
+    return render(
+        "kernel.html", repo_id=repo.repo_id, versions=versions, readme=readme, base_url=call.base_url()
+    )
 
 
 def version_page(call: Call):
@@ -309,7 +308,7 @@ def version_page(call: Call):
         return not_found(err, f"/kernels/{repo.repo_id}", repo.repo_id)
     view = _version(call, repo, version_of(rev), commit_id, sections=True)
     files = sorted((p, e.size) for p, e in view["manifest"].items())
-    return _page("version.html", repo_id=repo.repo_id, v=view, files=files)
+    return render("version.html", repo_id=repo.repo_id, v=view, files=files)
 
 
 def commit_page(call: Call):
@@ -321,20 +320,19 @@ def commit_page(call: Call):
         commit = store.get_commit(repo, call.p["oid"].lower())
     except HubError as e:
         return not_found(e, f"/kernels/{repo.repo_id}", repo.repo_id)
-    versions = sorted(n for n, c in _versions(call, repo) if c == commit.id)
+    versions = sorted(n for n, c in version_heads(call, repo) if c == commit.id)
     files = sorted((p, e.size) for p, e in store.manifest(repo, commit.id).items())
-    return _page(
+    return render(
         "commit.html",
         repo_id=repo.repo_id,
         commit=commit,
-        date=_date(commit.created_at),
+        date=format_date(commit.created_at),
         versions=versions,
         files=files,
     )
 
 
 ROUTES = [
-    route("GET", "", index),
     route("GET", "kernels/{ns}/{name}", kernel_page, T="kernels"),
     route("GET", "kernels/{ns}/{name}/tree/{rev}", version_page, T="kernels"),
     route("GET", "kernels/{ns}/{name}/commit/{oid}", commit_page, T="kernels"),

@@ -120,28 +120,25 @@ def table(matrix: Matrix) -> tuple[list[str], list[Row]]:
     return cpus, rows
 
 
-def compact(rows: list[Row]) -> list[Row]:
-    """Rows whose every cell says the same (and carries no recorded check) become one row listing their GPU
-    archs, CUDA and torch versions: a page shows one "fallback" line, not one per arch and CUDA."""
-    merged: dict[tuple, list[Row]] = {}
-    order: list[tuple] = []
+def _merge(rows: list[Row], same: str, join: str) -> list[Row]:
+    """Rows equal in every field but `join` (and with no recorded check) become one, `join` listing theirs."""
+    groups: dict[tuple, list[Row]] = {}
     for r in rows:
-        key = tuple(c[:2] for c in r.cells) if not any(c[2] for c in r.cells) else ("row", id(r))
-        if key not in merged:
-            order.append(key)
-        merged.setdefault(key, []).append(r)
+        checked = any(c[2] for c in r.cells)
+        key = ("row", id(r)) if checked else (getattr(r, same), r.torch, tuple(c[:2] for c in r.cells))
+        groups.setdefault(key, []).append(r)
     out = []
-    for key in order:
-        group = merged[key]
-        if len(group) == 1:
-            out.append(group[0])
-            continue
-
-        def joined(field: str, group=group) -> str:
-            return ", ".join(dict.fromkeys(getattr(r, field) for r in group))
-
-        out.append(Row(joined("gpu_arch"), joined("cuda"), joined("torch"), group[0].cells))
+    for group in groups.values():
+        values = ", ".join(dict.fromkeys(getattr(r, join) for r in group))
+        out.append(dataclasses.replace(group[0], **{join: values}))
     return out
+
+
+def compact(rows: list[Row]) -> list[Row]:
+    """Rows that say the same everywhere merge: first the GPU archs of one CUDA and torch range, then the
+    CUDA versions of one such arch list. Each merged row stands for exactly the product it lists, so a page
+    shows one "fallback" line instead of one per arch and CUDA, and never claims a cell another row contradicts."""
+    return _merge(_merge(rows, "cuda", "gpu_arch"), "gpu_arch", "cuda")
 
 
 def _same(a: tuple, b: tuple) -> bool:

@@ -1,5 +1,6 @@
 """The hub's kernel page shows the compatibility matrix per version (the same `render_html`), and it
-renders in headless Chromium: the screenshot lands in artifacts/ (CI uploads it)."""
+renders in headless Chromium, as do the home, namespace and not-found pages: the screenshots land in
+artifacts/ (CI uploads them). No page is over 50 KB of HTML."""
 
 from __future__ import annotations
 
@@ -126,10 +127,10 @@ def png_distinct_rows(data: bytes) -> int:
     return len({raw[i * stride + 1 : (i + 1) * stride] for i in range(height)})
 
 
-def test_matrix_page_renders_in_headless_chromium(hub, page_repo, tmp_path):
-    repo, _ = page_repo
+def screenshot(url: str, name: str, tmp_path: Path) -> bytes:
+    """A 1400x1000 headless Chromium screenshot of `url`, kept as artifacts/<name> (CI uploads it)."""
     ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "matrix-page.png"
+    shot = ARTIFACTS / name
     shot.unlink(missing_ok=True)
     cmd = [
         browser(),
@@ -144,10 +145,39 @@ def test_matrix_page_renders_in_headless_chromium(hub, page_repo, tmp_path):
         f"--user-data-dir={tmp_path / 'profile'}",
         f"--screenshot={shot}",
         "--window-size=1400,1000",
-        f"{hub.url}/kernels/{repo}",
+        url,
     ]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     data = shot.read_bytes()
     assert png_size(data) == (1400, 1000)
+    return data
+
+
+def test_matrix_page_renders_in_headless_chromium(hub, page_repo, tmp_path):
+    repo, _ = page_repo
+    data = screenshot(f"{hub.url}/kernels/{repo}", "matrix-page.png", tmp_path)
     assert len(data) > 20_000 and png_distinct_rows(data) > 100  # text and table rows, not a blank page
+
+
+def test_home_and_namespace_pages_render_in_headless_chromium(hub, page_repo, tmp_path):
+    """Issue 43: the home page lists each kernel with its newest version, signer and trust."""
+    data = screenshot(f"{hub.url}/", "home-page.png", tmp_path / "home")
+    assert len(data) > 10_000 and png_distinct_rows(data) > 30
+    data = screenshot(f"{hub.url}/kernels/{USER}", "namespace-page.png", tmp_path / "ns")
+    assert len(data) > 10_000 and png_distinct_rows(data) > 30
+    data = screenshot(f"{hub.url}/kernels/nobody-at-all", "not-found-page.png", tmp_path / "404")
+    assert png_distinct_rows(data) > 5  # an HTML page, not a raw JSON line
+
+
+def test_pages_stay_under_50_kb(hub, page_repo):
+    repo, _ = page_repo
+    for path in (
+        "/",
+        f"/kernels/{USER}",
+        f"/kernels/{repo}",
+        f"/kernels/{repo}/tree/v1",
+        f"/kernels/{repo}/tree/v2",
+    ):
+        size = len(urllib.request.urlopen(f"{hub.url}{path}", timeout=10).read())
+        assert size < 50_000, (path, size)

@@ -69,12 +69,16 @@ def test_a_cpu_only_version_promises_cpu_rows_and_needs_no_checkout(hub, tmp_pat
 
 
 def test_the_page_merges_rows_that_say_the_same(no_sm80_version):
-    """A version whose GPU builds are missing: every GPU row says the same fallback (the page showed 16)."""
+    """A version whose GPU builds are missing: every GPU row says the same fallback (the page showed 16 rows;
+    two now: Blackwell is promised only from CUDA 12.8)."""
     cpu_only = {"torch-cpu": no_sm80_version["torch-cpu"]}
     m = build_matrix(load_config(), repo="org/k", version=1, commit="f" * 40, variants=cpu_only)
     rows = [line for line in render_html(m).splitlines() if line.startswith("<tr><td>")]
-    assert len(rows) == 1 and "the version has no CUDA variant" in rows[0]
-    assert "<td>sm_80, sm_86, sm_89, sm_90, sm_100, sm_120</td>" in rows[0]
+    assert len(rows) == 2 and all("the version has no CUDA variant" in r for r in rows)
+    assert "<td>sm_80, sm_86, sm_89, sm_90</td><td>12.6</td><td>2.11–2.14</td>" in rows[0]
+    assert (
+        "<td>sm_80, sm_86, sm_89, sm_90, sm_100, sm_120</td><td>12.8, 13.0</td>" in rows[1]
+    )  # Blackwell: CUDA >= 12.8
     assert len({(c.env.gpu_arch, c.env.cuda) for c in m.cells}) > 15  # what the rows stand for
 
 
