@@ -200,15 +200,21 @@ def one_model(run: Run, name: str, layers: int, repo: str) -> None:
         ref64 = copy.deepcopy(model).double()
         run.row(label, "eager", "logits err", lambda: {"rel_err": logits_error(model, ref64, probe)})
     measure(run, label, model, "eager")
-    report = kernelize_ours(model, repo)
-    print(report, flush=True)
-    run.report["kernel_reports"][label] = {"text": str(report), **report.to_dict()}
-    if ref64 is not None:
-        run.row(label, "ours", "logits err", lambda: {"rel_err": logits_error(model, ref64, probe)})
-    measure(run, label, model, "ours")  # every block on our kernel
-    if slower := report.restore_slower(model):  # what kernel_report's default gives the user
-        run.report["kernel_reports"][label]["restored"] = slower
-        measure(run, label, model, "ours, report")
+    try:
+        report = kernelize_ours(model, repo)
+    except Exception as e:  # noqa: BLE001 - eager's and Liger's rows still stand
+        traceback.print_exc()
+        run.report["errors"].append(f"{label} kernelize: {type(e).__name__}: {e}")
+        report = None
+    if report is not None:
+        print(report, flush=True)
+        run.report["kernel_reports"][label] = {"text": str(report), **report.to_dict()}
+        if ref64 is not None:
+            run.row(label, "ours", "logits err", lambda: {"rel_err": logits_error(model, ref64, probe)})
+        measure(run, label, model, "ours")  # every block on our kernel
+        if slower := report.restore_slower(model):  # what kernel_report's default gives the user
+            run.report["kernel_reports"][label]["restored"] = slower
+            measure(run, label, model, "ours, report")
     restore_own(model)
     undo = None
     if "liger" not in skip:

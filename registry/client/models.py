@@ -287,9 +287,13 @@ def _path(pkg: ModuleType, layer: str, rows: int, device: str) -> str:
     if backend != "cuda":
         return backend
     op = _OP[layer]
-    info = json.loads(
-        sys.modules[f"{pkg.__name__}.cuda._library"].load().cuda_build_info(torch.cuda.current_device())
-    )
+    try:
+        ops = getattr(
+            torch.ops, pkg.OPS_NAMESPACE
+        )  # the build's op library, registered when its backend loaded
+        info = json.loads(ops.cuda_build_info(torch.cuda.current_device()))
+    except (AttributeError, RuntimeError, ValueError) as e:  # a build without the table: the report stands
+        return f"cuda (path table unreadable: {type(e).__name__})"
     steps = []
     for key, table in info["paths"].items():
         if key.startswith(f"{op}/") and not key.endswith("chain_backward"):
