@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 import uuid
 from pathlib import Path
 
 import pytest
+from kernel_sources import EXTRA_OP, changed_source
 
 from registry.cli import main
 from registry.publisher import build as b
@@ -28,13 +28,7 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 
 def _dist(tmp: Path, name: str, append: str) -> Path:
-    src = tmp / name / "fused_mlp"
-    shutil.copytree(ROOT / "kernel_src" / "fused_mlp", src, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(src / "__init__.py", "a") as f:
-        f.write(append)
-    if "'extra'" in append:  # build.toml lists the public ops; an added one goes there too
-        toml = src / "build.toml"
-        toml.write_text(toml.read_text().replace('ops = ["act_and_mul",', 'ops = ["act_and_mul", "extra",'))
+    src = changed_source(tmp, name, append)
     return b.build(
         src, tmp / name / "dist", ROOT / "build" / "matrix.toml", aot=False, only=["torch-cpu"]
     ).out
@@ -49,11 +43,10 @@ def released(hub, tmp_path_factory):
     hub.org(f"{ns}-org", trusted=True, members=(ns,))
     repo = f"{ns}/fused-mlp"
     kw = {"endpoint": hub.url, "token": token, "key_path": tmp / "k.pem"}
-    extra = "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"
     results = {
         "v1": publish(repo, _dist(tmp, "a", ""), 1, **kw),
         "v1 update": publish(repo, _dist(tmp, "b", "\n# other bytes\n"), 1, update=True, **kw),
-        "v2": publish(repo, _dist(tmp, "c", extra), 2, **kw),
+        "v2": publish(repo, _dist(tmp, "c", EXTRA_OP), 2, **kw),
     }
     return repo, results
 

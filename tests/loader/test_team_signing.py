@@ -87,6 +87,11 @@ def test_loaders_follow_a_rotation_signed_by_the_key_they_pinned(hub, hub_env, t
     ns, token, dist = team
     repo = f"{ns}/fused-mlp"
     key = tmp_path / f"{ns}.pem"
+
+    def release(version: int, key_path: Path) -> None:
+        dist = publisher.build(f"{ns}-v{version}", variants=["torch-cpu"])
+        publish(repo, dist, version, endpoint=hub.url, token=token, key_path=key_path)
+
     publish(repo, dist, 1, endpoint=hub.url, token=token, key_path=key)
     first = get_kernel(repo, version=1, **QUIET).__kernel_info__["trust"]
     assert first["keys"] == "first use"
@@ -101,14 +106,7 @@ def test_loaders_follow_a_rotation_signed_by_the_key_they_pinned(hub, hub_env, t
     )
     assert key_id(public_key_b64(load_private_key(key.with_name(f"{key.name}.retired-{old_id}")))) == old_id
 
-    publish(
-        repo,
-        publisher.build(f"{ns}-v2", variants=["torch-cpu"]),
-        2,
-        endpoint=hub.url,
-        token=token,
-        key_path=key,
-    )
+    release(2, key)
     info = get_kernel(repo, version=2, **QUIET).__kernel_info__["trust"]
     assert (info["keys"], info["key_id"]) == ("rotation", new_id)
     pins = json.loads(Path(info["pin_file"]).read_text())["keys"]
@@ -126,14 +124,7 @@ def test_loaders_follow_a_rotation_signed_by_the_key_they_pinned(hub, hub_env, t
     save_private_key(generate_key(), stray)
     (tmp_path / "stray.pub").write_text(public_key_b64(load_private_key(stray)) + "\n")
     hub._admin("key", "add", ns, "--public-key", str(tmp_path / "stray.pub"))
-    publish(
-        repo,
-        publisher.build(f"{ns}-v3", variants=["torch-cpu"]),
-        3,
-        endpoint=hub.url,
-        token=token,
-        key_path=stray,
-    )
+    release(3, stray)
     with pytest.raises(KernelLoadError, match="no rotation signed by a pinned key leads to it"):
         get_kernel(repo, version=3, **QUIET)
 

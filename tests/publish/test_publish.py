@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi, hf_hub_download
+from kernel_sources import changed_source
 
 from registry.publisher import build as b
 from registry.publisher import publish
@@ -32,28 +33,17 @@ def _build(source: Path, out: Path) -> Path:
     return out
 
 
-def _changed_source(tmp: Path, name: str, append: str) -> Path:
-    src = tmp / name / "fused_mlp"
-    shutil.copytree(SOURCE, src, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(src / "__init__.py", "a") as f:
-        f.write(append)
-    if "'extra'" in append:  # build.toml lists the public ops; an added one goes there too
-        toml = src / "build.toml"
-        toml.write_text(toml.read_text().replace('ops = ["act_and_mul",', 'ops = ["act_and_mul", "extra",'))
-    return src
-
-
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory):
     """Three dists: the kernel as is, one with the same API but other bytes, one with an added symbol."""
     tmp = tmp_path_factory.mktemp("dists")
     return {
-        "base": _build(_changed_source(tmp, "b", ""), tmp / "base" / "fused-mlp"),
+        "base": _build(changed_source(tmp, "b", ""), tmp / "base" / "fused-mlp"),
         "same_api": _build(
-            _changed_source(tmp, "s", "\n# same API, other bytes\n"), tmp / "same" / "fused-mlp"
+            changed_source(tmp, "s", "\n# same API, other bytes\n"), tmp / "same" / "fused-mlp"
         ),
         "new_api": _build(
-            _changed_source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"),
+            changed_source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"),
             tmp / "new" / "fused-mlp",
         ),
     }
@@ -203,7 +193,7 @@ def test_concurrent_first_publishes_one_wins(ctx, dists, monkeypatch):
 
 def test_concurrent_publishes_onto_existing_version_one_wins(ctx, dists, monkeypatch, tmp_path):
     _publish(ctx, dists["base"], 1)
-    third = _build(_changed_source(tmp_path, "third", "\n# third body\n"), tmp_path / "third" / "fused-mlp")
+    third = _build(changed_source(tmp_path, "third", "\n# third body\n"), tmp_path / "third" / "fused-mlp")
     _race(ctx, dists["same_api"], third, monkeypatch, "ref_update")
 
 
@@ -244,9 +234,9 @@ def test_plain_hub_api_server_publish_and_move_forward(plain_ctx, dists, caplog)
 def test_plain_hub_api_server_races_are_refused(plain_ctx, dists, monkeypatch, tmp_path):
     # vN new: create_branch refuses the second one (409); vN existing: parent_commit refuses it (412).
     _race(plain_ctx, dists["base"], dists["same_api"], monkeypatch, "ref_update")
-    third = _build(_changed_source(tmp_path, "third", "\n# third body\n"), tmp_path / "third" / "fused-mlp")
+    third = _build(changed_source(tmp_path, "third", "\n# third body\n"), tmp_path / "third" / "fused-mlp")
     fourth = _build(
-        _changed_source(tmp_path, "fourth", "\n# fourth body\n"), tmp_path / "fourth" / "fused-mlp"
+        changed_source(tmp_path, "fourth", "\n# fourth body\n"), tmp_path / "fourth" / "fused-mlp"
     )
     _race(plain_ctx, third, fourth, monkeypatch, "ref_update")
 
@@ -326,7 +316,7 @@ def test_dropping_a_published_variant_needs_consent(ctx, dists, tmp_path):
 
 def test_upload_split_into_several_commits_moves_vn_once(ctx, tmp_path):
     """300 more files: the stock client commits in parts; vN goes straight to the last, complete one."""
-    src = _changed_source(tmp_path, "big", "")
+    src = changed_source(tmp_path, "big", "")
     (src / "tables").mkdir()
     for i in range(300):
         (src / "tables" / f"t{i:03d}.txt").write_text(f"{i}\n")

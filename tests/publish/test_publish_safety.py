@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 from hub_process import HubProcess
 from huggingface_hub import HfApi
+from kernel_sources import changed_source
 
 from registry.cli import main
 from registry.publisher import build as b
@@ -29,22 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "build" / "matrix.toml"
 
 
-def _source(tmp: Path, name: str, append: str = "") -> Path:
-    src = tmp / name / "fused_mlp"
-    shutil.copytree(ROOT / "kernel_src" / "fused_mlp", src, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(src / "__init__.py", "a") as f:
-        f.write(append)
-    if "'extra'" in append:  # build.toml lists the public ops; an added one goes there too
-        toml = src / "build.toml"
-        toml.write_text(toml.read_text().replace('ops = ["act_and_mul",', 'ops = ["act_and_mul", "extra",'))
-    return src
-
-
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory):
     """torch-cpu dists: the kernel twice (two builds of one source), other bytes, an added symbol."""
     tmp = tmp_path_factory.mktemp("safety")
-    base = _source(tmp, "base")
+    base = changed_source(tmp, "base")
 
     def build(src: Path, name: str) -> Path:
         return b.build(src, tmp / name / "fused-mlp", MATRIX, aot=False, only=["torch-cpu"]).out
@@ -52,9 +41,10 @@ def dists(tmp_path_factory):
     return {
         "base": build(base, "base"),
         "rebuilt": build(base, "rebuilt"),
-        "same_api": build(_source(tmp, "s", "\n# other bytes\n"), "same"),
+        "same_api": build(changed_source(tmp, "s", "\n# other bytes\n"), "same"),
         "new_api": build(
-            _source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"), "new"
+            changed_source(tmp, "n", "\n\ndef extra(x):\n    return x\n\n\n__all__ = [*__all__, 'extra']\n"),
+            "new",
         ),
     }
 
