@@ -7,6 +7,7 @@ what it found, and later loads accept no other key (docs/CONTRACTS.md "Trust").
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from huggingface_hub.errors import HfHubHTTPError
@@ -41,3 +42,29 @@ class RepoKeyFiles:
         fetch_files(hub, repo_id, commit, paths)
         snapshot = hub.repo_dir(repo_id) / "snapshots" / commit
         return [read_key_file(p, (snapshot / p).read_text()) for p in paths]
+
+    def endorsements(self, hub: Hub, repo_id: str, commit: str) -> list[dict]:
+        """The rotation links the version ships (`keys/<id>.endorsement`: JSON lists, oldest link first)."""
+        try:
+            paths = hub.request(
+                f"list the key endorsements of {repo_id}@{commit[:12]}",
+                hub.file_paths,
+                repo_id,
+                KEYS_DIR,
+                commit,
+                ".endorsement",
+            )
+        except HfHubHTTPError:
+            return []
+        if not paths:
+            return []
+        fetch_files(hub, repo_id, commit, paths)
+        snapshot = hub.repo_dir(repo_id) / "snapshots" / commit
+        links = []
+        for p in paths:
+            try:
+                chain = json.loads((snapshot / p).read_text())
+            except (OSError, ValueError):
+                continue
+            links += [link for link in chain if isinstance(link, dict)] if isinstance(chain, list) else []
+        return links

@@ -211,7 +211,7 @@ def verify_signature(
         kid = signature_key_id(sig_text)
         how = "pinned"
         if kid not in {k["id"] for k in pinned}:
-            chain = None if hub.offline else follow_rotation(hub, namespace, kid, pinned)
+            chain = None if hub.offline else follow_rotation(hub, namespace, kid, pinned, repo_id, commit)
             if chain is None:
                 first = min(pinned, key=lambda k: k["pinned_at"])
                 raise Untrusted(

@@ -82,5 +82,8 @@ def _rotate(args: argparse.Namespace) -> int:
     r = rotate_key(
         args.namespace, endpoint=args.endpoint, token=args.token, key_path=args.key, new_key_path=args.new_key
     )
-    print(f"{r.namespace}: key {r.new_id} added, endorsed by {r.old_id}; publish signs with {r.new_path}")
+    where = "" if r.registered else " (this hub has no key route: the next publish ships the endorsement)"
+    print(
+        f"{r.namespace}: key {r.new_id} added, endorsed by {r.old_id}; publish signs with {r.new_path}{where}"
+    )
     return 0

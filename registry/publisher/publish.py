@@ -52,6 +52,7 @@ from .foreign import adopt, is_foreign
 from .keyless import ambient_identity, ambient_signer
 from .keyless import bundle_problem as keyless_bundle_problem
 from .out_dir import MARKER
+from .team_keys import read_chain
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,7 @@ def stage_signed(
     version: int,
     key,
     keyless: Callable[[bytes], bytes] | None = None,
+    chain: list[dict] | None = None,
 ) -> dict[str, FileId]:
     """Copy `dist` to `stage` with `version` set in every metadata.json and a fresh metadata.json.sig beside it.
 
@@ -242,6 +244,10 @@ def stage_signed(
     key_file = stage / signing.key_file_path(signing.key_id(pub))
     key_file.parent.mkdir(parents=True, exist_ok=True)
     key_file.write_text(signing.key_file_text(pub))
+    if chain:  # the key came by rotation: loaders pinned to an older key follow it (client/rotation.py)
+        (stage / signing.endorsement_file_path(signing.key_id(pub))).write_text(
+            json.dumps(chain, indent=1) + "\n"
+        )
     return folder_tree(stage)
 
 
@@ -410,7 +416,7 @@ def publish(
         ambient_signer(oidc_token) if oidc_token else nullcontext() as keyless,
     ):
         stage = Path(tmp)
-        expected = stage_signed(Path(dist), stage, metas, version, key, keyless)
+        expected = stage_signed(Path(dist), stage, metas, version, key, keyless, read_chain(key_path, pub))
         key_note = register_key(client, namespace, pub)
         if key_note:
             notes.append(key_note)

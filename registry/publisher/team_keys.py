@@ -8,6 +8,7 @@ team and its CI publish together.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -85,6 +86,27 @@ class Rotation:
     new_id: str
     new_path: Path
     retired: Path | None  # where the old key went when the new one took its file
+    registered: bool  # the hub's key route took it (False: a hub without one; the repo carries the chain)
+
+
+def _chain_file(key_path: Path) -> Path:
+    return key_path.with_name(key_path.name + ".endorsement")
+
+
+def read_chain(key_path: Path, pub: str) -> list[dict] | None:
+    """The rotation chain kept beside a key file (`<key>.endorsement`) when it ends at this key, else None."""
+    try:
+        chain = json.loads(_chain_file(Path(key_path)).read_text())
+    except (OSError, ValueError):
+        return None
+    if (
+        isinstance(chain, list)
+        and chain
+        and isinstance(chain[-1], dict)
+        and chain[-1].get("public_key") == pub
+    ):
+        return chain
+    return None
 
 
 def rotate_key(
@@ -95,10 +117,13 @@ def rotate_key(
     key_path: Path | None = None,
     new_key_path: Path | None = None,
 ) -> Rotation:
-    """Register a new publisher key for `namespace`, endorsed by the current one, so pinned loaders follow it.
+    """Add a new publisher key for `namespace`, endorsed by the current one, so pinned loaders follow it.
 
-    Without `new_key_path` a fresh key takes the current key's file and the old key is kept beside it as
-    `<file>.retired-<key id>`; with it, that file's key (created when missing) is endorsed and nothing moves.
+    The endorsement goes to the hub's key route where there is one, and always into `<new key>.endorsement`
+    beside the new key (with the chain that led to the current key), which `publish` ships as
+    `keys/<id>.endorsement` for loaders of hubs without the route. Without `new_key_path` a fresh key takes
+    the current key's file and the old key is kept beside it as `<file>.retired-<key id>`; with it, that
+    file's key (created when missing) is endorsed and nothing moves.
     """
     from registry.wire import KEYS_ROUTE, HubClient, said
 
@@ -115,35 +140,38 @@ def rotate_key(
         raise PublishError(f"{new_key_path} is the current key {old_id}; rotate to a different key")
     client = HubClient.at(endpoint, token)
     listed = client.namespace_keys(namespace)
-    if listed is None:
-        raise PublishError(
-            f"{client.endpoint} has no publisher key registry (a hub without kernel-hub's extensions): "
-            "loaders there pin the key shipped in the repo; publish with the new key and tell consumers to "
-            "pass publisher_keys"
-        )
     if listed and old_id not in {k.get("id") for k in listed}:
         raise PublishError(
             f"{path} holds key {old_id}, which is not a key of {namespace} on {client.endpoint} "
             f"({', '.join(k.get('id', '?') for k in listed)}); rotate from a machine with a current key"
         )
-    pending = None
-    if new_key_path is None:  # on disk before the hub knows it: a crash never leaves a key nobody holds
-        pending = path.with_name(f"{path.name}.pending-{new_id}")
-        write_atomic(pending, _pem(new))
-    body = {
+    link = {
+        "id": new_id,
         "public_key": new_pub,
         "endorsed_by": old_id,
         "endorsement": signing.sign_endorsement(old, namespace, new_pub),
     }
-    r = client.post(f"{KEYS_ROUTE}/{namespace}", body)
-    if r.status_code >= 400:
-        if pending is not None:
-            pending.unlink()
-        raise PublishError(f"{client.endpoint} refused the rotation ({r.status_code}: {said(r)})")
+    chain = [*(read_chain(path, old_pub) or []), link]
+    pending = None
+    if new_key_path is None:  # on disk before the hub knows it: a crash never leaves a key nobody holds
+        pending = path.with_name(f"{path.name}.pending-{new_id}")
+        write_atomic(pending, _pem(new))
+    if listed is not None:
+        r = client.post(
+            f"{KEYS_ROUTE}/{namespace}", {k: link[k] for k in ("public_key", "endorsed_by", "endorsement")}
+        )
+        if r.status_code >= 400:
+            if pending is not None:
+                pending.unlink()
+            raise PublishError(f"{client.endpoint} refused the rotation ({r.status_code}: {said(r)})")
     retired = None
+    new_path = Path(new_key_path) if new_key_path else path
     if pending is not None:
         retired = path.with_name(f"{path.name}.retired-{old_id}")
         write_atomic(retired, _pem(old))
+        if _chain_file(path).exists():
+            os.replace(_chain_file(path), _chain_file(retired))
         os.replace(pending, path)
         log.info("old key %s kept as %s", old_id, retired)
-    return Rotation(namespace, old_id, new_id, Path(new_key_path) if new_key_path else path, retired)
+    write_atomic(_chain_file(new_path), json.dumps(chain, indent=1).encode())
+    return Rotation(namespace, old_id, new_id, new_path, retired, listed is not None)

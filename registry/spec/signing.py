@@ -150,6 +150,12 @@ def verify_metadata(metadata_bytes: bytes, sig_text: str, public_keys_b64: list[
 ENDORSEMENT_PREFIX = b"kernel-hub publisher key endorsement v1\n"
 
 
+def endorsement_file_path(kid: str) -> str:
+    """Repo path of the rotation chain that leads to key `kid`: `keys/<key id>.endorsement`, a JSON list of
+    links `{"id", "public_key", "endorsed_by", "endorsement"}`, oldest first (for hubs without a key route)."""
+    return f"{KEYS_DIR}/{kid}.endorsement"
+
+
 def endorsement_message(namespace: str, new_pub_b64: str) -> bytes:
     """The bytes a current key signs to let `new_pub_b64` sign for `namespace` too (a deliberate rotation)."""
     return ENDORSEMENT_PREFIX + f"{namespace}\n{key_id(new_pub_b64)}\n{new_pub_b64}\n".encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import uuid
 from pathlib import Path
 
 import httpx2
@@ -148,3 +149,31 @@ def test_a_forged_rotation_is_refused_by_the_hub(hub, team, tmp_path):
     )
     assert (r.status_code, r.headers["X-Error-Code"]) == (403, "KeyNotAllowed")
     assert "is not signed by key" in r.json()["error"]
+
+
+def test_a_rotation_is_followed_on_a_hub_without_the_key_route(plain_hub, publisher, monkeypatch, tmp_path):
+    """The Hugging Face Hub has no key route: the rotation's endorsement travels in the version itself
+    (keys/<id>.endorsement), and a loader pinned to the old key follows it all the same."""
+    from huggingface_hub import HfApi
+
+    from tests.conftest import point_clients_at
+
+    ns = f"plainteam{uuid.uuid4().hex[:6]}"
+    token = plain_hub.token(f"{ns}-lead", write=[ns])
+    plain_hub.org(ns, trusted=True, members=(f"{ns}-lead",))
+    point_clients_at(monkeypatch, plain_hub.url, tmp_path / "clients")
+    repo, key = f"{ns}/fused-mlp", tmp_path / f"{ns}.pem"
+    dist = publisher.build(f"{ns}-v1", variants=["torch-cpu"])
+    publish(repo, dist, 1, endpoint=plain_hub.url, token=token, key_path=key)
+    first = get_kernel(repo, version=1, **QUIET).__kernel_info__["trust"]
+    assert first["keys"] == "first use"
+
+    rc, out, err = cli("key", "rotate", ns, "--key", str(key), "--endpoint", plain_hub.url, "--token", token)
+    assert rc == 0 and "this hub has no key route: the next publish ships the endorsement" in out, err
+    new_id = key_id(public_key_b64(load_private_key(key)))
+    v2 = publish(repo, publisher.build(f"{ns}-v2", variants=["torch-cpu"]), 2, endpoint=plain_hub.url,
+                 token=token, key_path=key)  # fmt: skip
+    files = HfApi(endpoint=plain_hub.url).list_repo_files(repo, repo_type="kernel", revision=v2.commit)
+    assert f"keys/{new_id}.endorsement" in files
+    info = get_kernel(repo, version=2, **QUIET).__kernel_info__["trust"]
+    assert (info["keys"], info["key_id"]) == ("rotation", new_id)
