@@ -10,6 +10,8 @@ import sys
 import types
 from pathlib import Path
 
+from registry.spec.names import python_name
+
 from .fallback import ACTIVATION_ARGS
 from .plan import Load, Refused
 from .verify import fetch_verified
@@ -58,7 +60,7 @@ def _package_init(path: Path, metadata: dict) -> Path:
     flat = path / "__init__.py"
     if flat.is_file():
         return flat
-    nested = path / str(metadata.get("name", "")).replace("-", "_") / "__init__.py"
+    nested = path / python_name(str(metadata.get("name", ""))) / "__init__.py"
     if nested.is_file():
         return nested
     raise Refused(f"build/{path.name} has no __init__.py (checked {flat} and {nested})")

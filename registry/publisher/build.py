@@ -33,7 +33,7 @@ from registry.errors import KernelHubError
 from registry.spec import digest
 from registry.spec.arch import parse_sm
 from registry.spec.build_matrix import PROMISE_KEY, BuildMatrix, VariantSpec, promise_of, read_matrix
-from registry.spec.names import is_commit
+from registry.spec.names import is_commit, python_name
 from registry.spec.package import BUILD_TOML, KernelPackage, read_package
 from registry.spec.variant import ArchEntry, VariantMetadata
 
@@ -84,11 +84,6 @@ def plan_variants(matrix: BuildMatrix) -> list[VariantSpec]:
         *matrix.variants,
         *(VariantSpec(name=n, kind="reference", backend="cpu") for n in NOARCH_CPU_VARIANTS),
     ]
-
-
-def python_name(kernel_name: str) -> str:
-    """Package directory name that `kernels` imports: metadata `name` with '-' -> '_'."""
-    return kernel_name.replace("-", "_")
 
 
 def wants_file(relpath: str, include_cuda: bool, cuda_only: frozenset[str] = frozenset()) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from registry.spec import digest
+from registry.spec.names import python_name
 from registry.spec.variant import VariantMetadata
 
 KIND = "kernel-builder"
@@ -24,7 +25,7 @@ def is_foreign(meta: VariantMetadata) -> bool:
 
 def package_all(variant_dir: Path, name: str) -> list[str]:
     """The `__all__` of the variant's package, read from its source (nothing is imported); [] when it has none."""
-    init = Path(variant_dir) / name.replace("-", "_") / "__init__.py"
+    init = Path(variant_dir) / python_name(name) / "__init__.py"
     try:
         tree = ast.parse(init.read_text())
     except (OSError, SyntaxError, UnicodeDecodeError):

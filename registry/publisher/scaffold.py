@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from registry.spec.names import python_name
+
 from .errors import BuildError
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -31,7 +33,7 @@ def triton_version(python: str = sys.executable) -> str:
 
 def rendered(name: str, triton: str) -> dict[str, str]:
     """Relative path -> text of every file of the new package `name`."""
-    py = name.replace("-", "_")
+    py = python_name(name)
     files = {}
     for path in sorted(TEMPLATE.rglob("*.tmpl")):
         rel = path.relative_to(TEMPLATE).as_posix().removesuffix(".tmpl")

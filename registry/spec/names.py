@@ -41,6 +41,11 @@ def version_branch(version: int) -> str:
     return f"v{version}"
 
 
+def python_name(kernel_name: str) -> str:
+    """The package a kernel's variants ship and `kernels` imports: metadata `name` with '-' -> '_'."""
+    return kernel_name.replace("-", "_")
+
+
 def versions(branches: dict[str, str]) -> dict[int, str]:
     """N -> commit for every canonical `vN` among `branches` (name -> commit)."""
     return {n: commit for name, commit in branches.items() if (n := version_of(name)) is not None}

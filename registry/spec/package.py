@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .arch import parse_arch, parse_sm
 from .build_matrix import MatrixConfigError, VariantSpec
+from .names import python_name
 
 BUILD_TOML = "build.toml"
 TRITON_VARIANT = "torch-cuda"
@@ -66,7 +67,7 @@ class KernelPackage:
 
     @property
     def python_name(self) -> str:
-        return self.name.replace("-", "_")
+        return python_name(self.name)
 
     @property
     def cuda_kernels(self) -> tuple[CudaKernel, ...]:
@@ -140,14 +141,14 @@ def _strings(table: Mapping, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def find_package_dir(root: Path, python_name: str, declared: str | None) -> Path:
-    """The Python package: `[kernel-hub] package`, else `<root>/<python name>/`, else `root` itself."""
-    candidates = [root / declared] if declared else [root / python_name, root]
+def find_package_dir(root: Path, package: str, declared: str | None) -> Path:
+    """The Python package: `[kernel-hub] package`, else `<root>/<package>/` (the python name), else `root` itself."""
+    candidates = [root / declared] if declared else [root / package, root]
     for cand in candidates:
         if (cand / "__init__.py").is_file():
             return cand
     raise PackageConfigError(
-        f"{root / BUILD_TOML}: no Python package for {python_name!r} (looked for __init__.py in "
+        f"{root / BUILD_TOML}: no Python package for {package!r} (looked for __init__.py in "
         f"{', '.join(str(c) for c in candidates)}); set [kernel-hub] package = 'FOLDER'"
     )
 
@@ -196,7 +197,7 @@ def parse_package(data: Mapping, root: Path, where: str = BUILD_TOML) -> KernelP
             raise PackageConfigError(f"{where}: [kernel-hub.triton] archs: {e}") from None
     pkg = KernelPackage(
         root=root,
-        package_dir=find_package_dir(root, name.replace("-", "_"), hub.get("package")),
+        package_dir=find_package_dir(root, python_name(name), hub.get("package")),
         name=name,
         backends=_strings(general, "backends", f"{where}: [general]"),
         python_depends=_strings(general, "python-depends", f"{where}: [general]"),
