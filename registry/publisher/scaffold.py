@@ -7,12 +7,12 @@ op's eager reference with the check's inputs, `build.toml`, a test and a README.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from registry.spec.names import python_name
 
+from .aot import installed_triton_version
 from .errors import BuildError
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -22,13 +22,7 @@ _FALLBACK_TRITON = "3.6.0"
 
 def triton_version(python: str = sys.executable) -> str:
     """The Triton the build will compile cubins with (build.toml's `versions`), or a default when none is here."""
-    proc = subprocess.run(
-        [python, "-c", "import triton; print(triton.__version__)"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else _FALLBACK_TRITON
+    return installed_triton_version(python) or _FALLBACK_TRITON
 
 
 def rendered(name: str, triton: str) -> dict[str, str]:
