@@ -159,6 +159,20 @@ class HubClient:
         )
         return Path(local)
 
+    def snapshot(self, repo_id: str, revision: str, local_dir: Path | str) -> Path:
+        """Every file of the repo at `revision`, downloaded into `local_dir` (huggingface_hub's snapshot); the folder."""
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(
+            repo_id,
+            repo_type=REPO_TYPE,
+            revision=revision,
+            local_dir=local_dir,
+            endpoint=self.endpoint,
+            token=self.token,
+        )
+        return Path(folder)
+
     def namespace_keys(self, namespace: str) -> list[dict] | None:
         """The hub's publisher keys of `namespace` (`id`, `public_key`, and `endorsed_by` + `endorsement` for a
         rotation); None: the hub has no key route."""

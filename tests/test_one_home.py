@@ -20,7 +20,7 @@ DEFINED_ONCE = {
     "full commit id": (r"\{40\}", "registry/spec/names.py"),
     "publisher key id": (r"hexdigest\(\)\[:16\]", "registry/spec/signing.py"),
     "hub wire client": (
-        r"HfApi\(|get_session\(\)|hf_hub_(download|url)\(|list_repo_(tree|refs)\(",
+        r"HfApi\(|get_session\(\)|hf_hub_(download|url)\(|snapshot_download\(|list_repo_(tree|refs)\(",
         "registry/wire.py",
     ),
     "version -> commit": (r"VersionNotFound\(repo", "registry/wire.py"),

@@ -14,8 +14,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huggingface_hub import snapshot_download
-
 from registry.spec import names, signing
 from registry.spec.signing import SignatureError
 
@@ -61,14 +59,15 @@ def mirror(
     dst = HubClient.at(endpoint, token)
     dst.api.create_repo(target, repo_type=REPO_TYPE, exist_ok=True)
     result = MirrorResult(source, target)
+    heads = dst.branch_heads(target)  # only this mirror writes its vN branches below
+    keys_seen: set[str] = set()  # a key that every version ships is registered once
     for n, commit in versions:
         branch = names.version_branch(n)
         with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
-            folder = Path(snapshot_download(source, repo_type=REPO_TYPE, revision=commit, local_dir=tmp,
-                                            endpoint=src.endpoint, token=source_token))  # fmt: skip
+            folder = src.snapshot(source, commit, tmp)
             tree = folder_tree(folder, _not_mirrored)
-            result.notes += _register_keys(dst, namespace, folder)
-            head = dst.branch_heads(target).get(branch)
+            result.notes += _register_keys(dst, namespace, folder, keys_seen)
+            head = heads.get(branch)
             if head is not None and not tree_problems(tree, dst.tree(target, head)):
                 result.versions[n] = head
                 result.unchanged.append(n)
@@ -83,10 +82,14 @@ def mirror(
     return result
 
 
-def _register_keys(dst: HubClient, namespace: str, folder: Path) -> list[str]:
-    """Register the publisher keys the tree ships (keys/<id>.pub) for `namespace` on the target hub."""
+def _register_keys(dst: HubClient, namespace: str, folder: Path, seen: set[str]) -> list[str]:
+    """Register the publisher keys the tree ships (keys/<id>.pub) for `namespace` on the target hub, except
+    those named in `seen` (an earlier version's); adds the ones it handles to `seen`."""
     notes = []
     for path in sorted((folder / signing.KEYS_DIR).glob("*.pub")):
+        if path.name in seen:
+            continue
+        seen.add(path.name)
         try:
             pub = signing.read_key_file(f"{signing.KEYS_DIR}/{path.name}", path.read_text())
         except SignatureError as e:
