@@ -321,11 +321,14 @@ def commit_page(call: Call):
     except HubError as e:
         return not_found(e, f"/kernels/{repo.repo_id}", repo.repo_id)
     versions = sorted(n for n, c in version_heads(call, repo) if c == commit.id)
-    files = sorted((p, e.size) for p, e in store.manifest(repo, commit.id).items())
+    manifest = store.manifest(repo, commit.id)
+    files = sorted((p, e.size) for p, e in manifest.items())
+    signer = signer_of(manifest, reader(call, manifest), call.hub.accounts.keys(repo.namespace))
     return render(
         "commit.html",
         repo_id=repo.repo_id,
         commit=commit,
+        signer=signer,
         date=format_date(commit.created_at),
         versions=versions,
         files=files,

@@ -77,3 +77,8 @@ def test_kernel_page_has_a_usage_snippet_and_version_pages_link_their_files(http
         href = f"/kernels/{kernel['repo']}/resolve/{kernel['commit']}/{path}"
         assert f'href="{href}"' in html
         assert http.get(href).content == data
+    html = _page(http, f"/kernels/{kernel['repo']}/commit/{kernel['commit']}")  # the signer on every page
+    assert f"key <code>{KEY_ID}</code> (not a key of this namespace)" in html
+    assert (
+        f'href="/kernels/{kernel["repo"]}/resolve/{kernel["commit"]}/build/torch-cpu/metadata.json"' in html
+    )
