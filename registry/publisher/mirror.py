@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from httpx2 import TransportError
+from huggingface_hub.errors import HfHubHTTPError
+
 from registry.spec import names, signing
 from registry.spec.signing import SignatureError
+from registry.wire import said
 
 from .errors import PublishError
 from .publish import REPO_TYPE, HubClient, check_repo_id, folder_tree, register_key, tree_problems
@@ -51,7 +57,8 @@ def mirror(
     check_repo_id(source)
     namespace, _ = check_repo_id(target)
     src = HubClient.at(source_endpoint, source_token)
-    versions = sorted(src.version_heads(source).items())
+    with _asking(src, source):
+        versions = sorted(src.version_heads(source).items())
     if not versions:
         raise PublishError(
             f"{source} on {src.endpoint} has no version branch (v1, v2, ...): nothing to mirror"
@@ -64,7 +71,8 @@ def mirror(
     for n, commit in versions:
         branch = names.version_branch(n)
         with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
-            folder = src.snapshot(source, commit, tmp)
+            with _asking(src, source):
+                folder = src.snapshot(source, commit, tmp)
             tree = folder_tree(folder, _not_mirrored)
             result.notes += _register_keys(dst, namespace, folder, keys_seen)
             head = heads.get(branch)
@@ -80,6 +88,26 @@ def mirror(
             result.versions[n] = info.oid
             log.info("%s %s -> %s %s (%s)", source, branch, target, branch, info.oid[:12])
     return result
+
+
+@contextmanager
+def _asking(src: HubClient, source: str) -> Iterator[None]:
+    """The source hub's failures as a PublishError naming that hub and `--from` (the CLI's generic advice is
+    about the target: `--endpoint`, create_repo)."""
+    try:
+        yield
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else None
+        why = said(e.response) if e.response is not None else str(e)
+        token = "; pass --from-token for a private repo" if status in (401, 403, 404) else ""
+        raise PublishError(
+            f"the source hub {src.endpoint} answered {status} for {source} ({' '.join(why.split())[:200]}): "
+            f"check the repo id and --from{token}"
+        ) from None
+    except TransportError as e:
+        raise PublishError(
+            f"cannot reach the source hub {src.endpoint} ({type(e).__name__}): check --from"
+        ) from None
 
 
 def _register_keys(dst: HubClient, namespace: str, folder: Path, seen: set[str]) -> list[str]:

@@ -219,3 +219,19 @@ def test_mirror_copies_every_version_between_two_hubs_with_signatures_kept(hub, 
         assert_checked_on_its_own_cases(m.__kernel_info__, "scaled_add")
     finally:
         ours.stop()
+
+
+def test_mirror_of_a_repo_the_source_lacks_names_the_source_hub(hub, hub_env, tmp_path):
+    org, token = trusted_org(hub)
+    unreachable = "http://127.0.0.1:9"
+    for source_url, said in ((hub.url, "answered 404"), (unreachable, "cannot reach the source hub")):
+        proc = subprocess.run([sys.executable, "-m", "registry.cli", "mirror", f"{org}/missing", "--from", source_url,
+                               "--endpoint", hub.url, "--token", token], cwd=tmp_path, env=ENV,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert said in lines[0] and source_url in lines[0] and "--from" in lines[0], lines[0]
+    from huggingface_hub import HfApi
+
+    target = HfApi(endpoint=hub.url, token=token)
+    assert not target.repo_exists(f"{org}/missing", repo_type="kernel")  # nothing was made on the target
