@@ -81,6 +81,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from huggingface_hub.errors import HfHubHTTPError
 
+    from registry.client.fetch import said
     from registry.errors import UsageError
     from registry.matrix import build_matrix, load_config, render_html_page, render_json, render_markdown
     from registry.matrix.config import promised_config
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
     except HfHubHTTPError as e:  # the hub refused a request: a source error like a missing version
-        raise MatrixSourceError(str(e)) from e
+        raise MatrixSourceError(f"{args.repo} on {client.endpoint}: {said(e)}") from e
     if not matrices:
         raise MatrixSourceError(f"{args.repo} has no version branches (vN); publish one first")
     if args.format == "md":

@@ -19,6 +19,8 @@ from registry import constants
 from registry.commands.admin import hub_exists, open_storage, store_args
 from registry.errors import KernelHubError
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from registry.hub.storage import Storage
 
@@ -224,9 +226,8 @@ def check_port_free(host: str, port: int) -> None:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(
-            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
-        )  # as uvicorn binds: TIME_WAIT is no conflict
+        # as uvicorn binds: a port in TIME_WAIT is no conflict
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as e:
@@ -239,6 +240,22 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def sweep_interrupted_publishes(storage) -> None:
+    """Delete every `publish/*` branch at start: each belongs to a publish the restart cut off (a publisher
+    still running then fails with "temporary branch vanished" and moves nothing). Not for a fleet: other
+    replicas serve live publishes, and `kernel-hub gc` removes theirs after an hour."""
+    from registry.hub.maintenance import remove_publish_branches
+    from registry.hub.storage.repos import RepoStore
+
+    removed, _ = remove_publish_branches(RepoStore(storage.engine), max_age_s=0.0)
+    if removed:
+        log.warning(
+            "removed %d temporary branch(es) of publishes the last stop interrupted: %s",
+            len(removed),
+            ", ".join(removed[:5]) + (" ..." if len(removed) > 5 else ""),
+        )
+
+
 def _serve(args: argparse.Namespace) -> int:
     from registry.hub.server import run
 
@@ -247,6 +264,8 @@ def _serve(args: argparse.Namespace) -> int:
     check_port_free(args.host, args.port)
     new = not hub_exists(args)
     storage = open_storage(args, create=True)
+    if not (args.db or args.blobs):  # the only server of this data: no publish outlived the last one
+        sweep_interrupted_publishes(storage)
     storage.engine.dispose()
     # how `serve` hands its options to every worker process (spawned, not forked)
     os.environ[constants.SERVE_ARGS] = json.dumps(

@@ -42,6 +42,28 @@ class GcReport:
     kept_recent: int = 0  # unreferenced, but younger than the grace period
 
 
+def remove_publish_branches(
+    store: RepoStore, max_age_s: float, dry_run: bool = False
+) -> tuple[list[str], list[str]]:
+    """Delete the temporary `publish/*` branches of publishes that started over `max_age_s` ago; returns
+    (removed, kept younger) as `ns/name@branch` (kept ones with their age)."""
+    now = time.time()
+    removed, kept = [], []
+    for repo, branch, head in store.branches_with_prefix(names.PUBLISH_BRANCH_PREFIX):
+        started = names.publish_branch_started(branch) or 0.0
+        if started >= now - max_age_s:
+            kept.append(f"{repo.repo_id}@{branch} ({now - started:.0f} s old)")
+            continue
+        if not dry_run:
+            try:
+                store.delete_ref(repo, "branch", branch, expect=head)
+            except HubError as e:  # moved or deleted meanwhile: its publisher is alive, or cleaned it
+                log.info("kept %s@%s: %s", repo.repo_id, branch, e.message)
+                continue
+        removed.append(f"{repo.repo_id}@{branch}")
+    return removed, kept
+
+
 def gc(
     store: RepoStore,
     blobs: BlobStore,
@@ -54,18 +76,7 @@ def gc(
     now = time.time()
     if not dry_run:
         report.temp_files = blobs.clean_staging(grace_s)
-    for repo, branch, head in store.branches_with_prefix(names.PUBLISH_BRANCH_PREFIX):
-        started = names.publish_branch_started(branch) or 0.0
-        if started >= now - publish_max_age_s:
-            report.kept_branches.append(f"{repo.repo_id}@{branch} ({now - started:.0f} s old)")
-            continue
-        if not dry_run:
-            try:
-                store.delete_ref(repo, "branch", branch, expect=head)
-            except HubError as e:  # moved or deleted meanwhile: its publisher is alive, or cleaned it
-                log.info("kept %s@%s: %s", repo.repo_id, branch, e.message)
-                continue
-        report.branches.append(f"{repo.repo_id}@{branch}")
+    report.branches, report.kept_branches = remove_publish_branches(store, publish_max_age_s, dry_run)
     leases = Leases(store.engine)
     listed = list(blobs.iter_blobs())  # before the references: a blob committed later is newer anyway
     referenced = store.referenced_blobs()

@@ -100,16 +100,17 @@ def test_lock_writes_from_the_cache_only_with_offline(hub, tmp_path, monkeypatch
     assert err.strip().splitlines()[-1].endswith("pass --offline to lock the cached commits")
 
 
-@pytest.mark.parametrize("command", ["variants", "lock", "versions"])
+@pytest.mark.parametrize("command", ["variants", "lock", "versions", "matrix"])
 def test_a_missing_repo_is_one_short_line(hub, tmp_path, monkeypatch, command):
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "cache"))
     argv = {
         "variants": ["variants", "nobody/nothing", "--version", "1"],
         "lock": ["lock", str(tmp_path), "--kernel", "nobody/nothing=1"],
         "versions": ["versions", "nobody/nothing"],
+        "matrix": ["matrix", "nobody/nothing", "--version", "1"],
     }[command]
     code, out, err = cli(*argv, "--endpoint", hub.url)
-    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert code == (2 if command == "matrix" else 1) and out == "" and err.count("\n") == 1, err  # 2: source
     assert len(err) < 300 and "nobody/nothing" in err and "huggingface.co" not in err, err
 
 

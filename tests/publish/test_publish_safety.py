@@ -264,3 +264,26 @@ def test_gc_reports_young_publish_branches_and_removes_them_on_request(hub, user
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert main(["gc", "--publish-max-age", "0", "--data", str(hub.data_dir)]) == 0
     assert young not in _branches(user)
+
+
+def test_a_restart_removes_the_branches_of_publishes_it_cut_off(own_hub, dists, tmp_path):
+    """Issue 43: a hub killed mid-publish kept the publish/... branch visible in list_repo_refs. The next
+    start of a hub that serves its data alone removes every temporary branch (their publishes were cut off)."""
+    name = f"k{uuid.uuid4().hex[:6]}"
+    user = {
+        "repo": f"{name}/fused-mlp",
+        "token": own_hub.token(name),
+        "key": tmp_path / "k.pem",
+        "url": own_hub.url,
+    }
+    assert cli(user, dists["base"], 1)[0] == 0
+    cut = names.publish_branch(time.time(), "cutoff")  # the branch of a publish the kill interrupted
+    _api(user).create_branch(user["repo"], branch=cut, revision=_branches(user)["v1"], repo_type="kernel")
+    own_hub.proc.kill()  # kill -9: no shutdown of any kind
+    own_hub.proc.wait()
+    own_hub.start()
+    assert cut not in _branches(user) and "v1" in _branches(user)
+    assert (
+        f"removed 1 temporary branch(es) of publishes the last stop interrupted: {user['repo']}@{cut}"
+        in own_hub.log()
+    )
