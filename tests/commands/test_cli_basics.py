@@ -143,3 +143,26 @@ def test_publish_verbose_lists_what_it_uploads_and_json_is_the_result(hub, tmp_p
     assert result["version"] == 1 and result["previous"] is None and result["unchanged"] is False
     assert "  build/torch-cpu/metadata.json  " in err and "temporary branch publish/" in err
     assert f"signing with key {result['key_id']}" in err
+
+
+def test_publish_in_a_terminal_shows_the_upload_progress_as_hf_does(hub, tmp_path):
+    """In a terminal the stock client's live display (Preparing / Uploading / Committing bars) shows, as for
+    `hf upload`; `script` gives the publish a pseudo-terminal."""
+    import shutil
+
+    if shutil.which("script") is None:
+        pytest.skip("no `script` (util-linux) to run the publish in a pseudo-terminal")
+    from registry.publisher import build as b
+
+    ns = f"tty{uuid.uuid4().hex[:6]}"
+    dist = b.build(ROOT / "kernel_src" / "fused_mlp", tmp_path / "dist", ROOT / "build" / "matrix.toml",
+                   aot=False, only=["torch-cpu"]).out  # fmt: skip
+    command = (
+        f"{sys.executable} -m registry.cli publish {ns}/k {dist} --version 1 --endpoint {hub.url} "
+        f"--token {hub.token(ns)} --key {tmp_path / 'k.pem'}"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_DISABLE_PROGRESS_BARS": ""}
+    r = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=300,
+                       env=env, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "Uploading" in r.stdout and "Committing" in r.stdout and f"{ns}/k v1 -> " in r.stdout
