@@ -10,7 +10,7 @@ import sys
 import types
 from pathlib import Path
 
-from registry.spec.names import python_name
+from registry.spec.names import is_module_name, python_name
 
 from .fallback import ACTIVATION_ARGS
 from .plan import Load, Refused
@@ -79,7 +79,7 @@ def reference_in(path: Path, metadata: dict) -> tuple[types.ModuleType, list[str
 def reference_module(metadata: dict) -> str:
     """The module of the package's eager ops, as its build recorded it (build.toml's `reference`)."""
     name = (metadata.get("api") or {}).get("reference") or "reference"
-    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+    if not is_module_name(name):
         raise Refused(f"metadata api.reference {name!r} is not a module name: rebuild the kernel")
     return name
 

@@ -46,6 +46,11 @@ def python_name(kernel_name: str) -> str:
     return kernel_name.replace("-", "_")
 
 
+def is_module_name(name: object) -> bool:
+    """True for a module path `import` takes (`reference`, `ops.eager`); metadata `api.reference` must be one."""
+    return isinstance(name, str) and all(part.isidentifier() for part in name.split("."))
+
+
 def versions(branches: dict[str, str]) -> dict[int, str]:
     """N -> commit for every canonical `vN` among `branches` (name -> commit)."""
     return {n: commit for name, commit in branches.items() if (n := version_of(name)) is not None}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .arch import parse_arch, parse_sm
 from .build_matrix import MatrixConfigError, VariantSpec
-from .names import python_name
+from .names import is_module_name, python_name
 
 BUILD_TOML = "build.toml"
 TRITON_VARIANT = "torch-cuda"
@@ -141,6 +141,22 @@ def _strings(table: Mapping, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _reference(hub: Mapping, where: str) -> str:
+    """`[kernel-hub] reference`: a module name the loader can import (spelled as `import` takes it)."""
+    name = hub.get("reference", "reference")
+    if not is_module_name(name):
+        raise PackageConfigError(
+            f"{where}: [kernel-hub] reference must be a module of the package, e.g. 'reference', not {name!r}"
+        )
+    return name
+
+
+def _module_file(package_dir: Path, module: str) -> bool:
+    """Whether `module` (dotted, relative to the package) is a .py file or a package folder in `package_dir`."""
+    path = package_dir.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def find_package_dir(root: Path, package: str, declared: str | None) -> Path:
     """The Python package: `[kernel-hub] package`, else `<root>/<package>/` (the python name), else `root` itself."""
     candidates = [root / declared] if declared else [root / package, root]
@@ -189,8 +205,14 @@ def parse_package(data: Mapping, root: Path, where: str = BUILD_TOML) -> KernelP
         if not src:
             raise PackageConfigError(f"{kw}: `src` lists no source file")
         kernels.append(CudaKernel(kname, backend, src, caps, _strings(table, "depends", kw)))
-    triton = dict(hub.get("triton") or {})
-    for arch in triton.get("archs", []):
+    triton = hub.get("triton") or {}
+    if not isinstance(triton, Mapping):
+        raise PackageConfigError(
+            f"{where}: [kernel-hub] triton must be a table ([kernel-hub.triton]), not {triton!r}"
+        )
+    triton = dict(triton)
+    _strings(triton, "versions", f"{where}: [kernel-hub.triton]")
+    for arch in _strings(triton, "archs", f"{where}: [kernel-hub.triton]"):
         try:
             parse_sm(arch)
         except ValueError as e:
@@ -205,12 +227,17 @@ def parse_package(data: Mapping, root: Path, where: str = BUILD_TOML) -> KernelP
         torch_src=_strings(torch, "src", f"{where}: [torch]"),
         kernels=tuple(kernels),
         ops=_strings(hub, "ops", f"{where}: [kernel-hub]"),
-        reference=hub.get("reference", "reference"),
+        reference=_reference(hub, where),
         matrix=hub.get("matrix"),
         torch_target=str(hub.get("torch-target", DEFAULT_TORCH_TARGET)),
         cuda=str(hub.get("cuda", DEFAULT_CUDA)),
         triton=triton,
     )
+    if "reference" in hub and not _module_file(pkg.package_dir, pkg.reference):
+        raise PackageConfigError(
+            f"{where}: [kernel-hub] reference {pkg.reference!r} is no module of {pkg.package_dir}: name the "
+            "module of the package's eager ops (e.g. 'reference' for reference.py)"
+        )
     missing = [str(p) for p in pkg.cuda_sources if not p.is_file()]
     if missing:
         raise PackageConfigError(f"{where}: source file(s) {', '.join(missing)} do not exist")

@@ -70,11 +70,22 @@ def test_capabilities_in_kernel_builders_notation():
         ('[general]\nname = "my-kernel"\n[kernel-hub]\nops = "scale"\n', "`ops` must be a list of strings"),
         ('[general]\nname = "my-kernel"\n[kernel-hub.triton]\narchs = ["sm_80"]\n', "no `aot` module"),
         ("[general\n", "build.toml"),
+        ('[general]\nname = "my-kernel"\n[kernel-hub]\nreference = "ref-x"\n', "reference must be a module"),
+        ('[general]\nname = "my-kernel"\n[kernel-hub]\nreference = "eager"\n', "'eager' is no module of"),
+        ('[general]\nname = "my-kernel"\n[kernel-hub]\ntriton = "sm_80"\n', "triton must be a table"),
+        ('[general]\nname = "my-kernel"\n[kernel-hub.triton]\narchs = "sm_80"\n', "`archs` must be a list"),
     ],
 )
 def test_a_bad_build_toml_says_what_is_wrong(tmp_path, toml, message):
     with pytest.raises(PackageConfigError, match=message):
         read_package(write(tmp_path, toml))
+
+
+def test_a_declared_reference_module_or_package_is_found(tmp_path):
+    src = write(tmp_path, '[general]\nname = "my-kernel"\n[kernel-hub]\nreference = "ops.eager"\n')
+    (src / "my_kernel" / "ops" / "eager").mkdir(parents=True)
+    (src / "my_kernel" / "ops" / "eager" / "__init__.py").write_text("")
+    assert read_package(src).reference == "ops.eager"
 
 
 def test_a_folder_without_the_package_names_where_it_looked(tmp_path):
