@@ -390,9 +390,8 @@ class _Context:
     # The Triton variant's loose AOT cubins of this build (the CUDA variant reuses them).
     cubins: Path | None = None
     pkg: KernelPackage | None = None  # the build.toml, when the package has one
-    promise: dict | None = (
-        None  # the environments this build serves, in every metadata.json (spec.build_matrix)
-    )
+    # the environments this build serves, in every metadata.json (spec.build_matrix)
+    promise: dict | None = None
 
     @property
     def own_cuda(self) -> bool:
@@ -473,9 +472,7 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
             ptx = [a for a in plan.ptx if a in cuda_archs]
             notes.append(build_extension(ctx.pkg, vdir / ctx.package, ops_ns, cuda_archs, ptx, ctx.scratch))
         else:
-            scratch = (
-                ctx.scratch / "cuda"
-            )  # the build's own temporary folder: nothing is written beside the sources
+            scratch = ctx.scratch / "cuda"  # the build's own temporary folder, not beside the sources
             triton = params["cuda_triton"] is not None
             notes += build_cuda(
                 recipe, vdir, ctx.package, ctx.matrix.data, scratch, cuda_archs, triton, opts, ctx.cubins

@@ -82,14 +82,9 @@ def test_init_build_publish_load(hub, hub_env, tmp_path):
     assert sorted(p.name for p in (triton / "my_kernel" / "cubins").rglob("*.zip")) == ["sm_80.zip"]
     assert "my_kernel/cubins/" + meta["triton"][0] + "/sm_80.zip" in meta["digest"]["files"]
     assert not (tmp_path / "dist" / "build" / "torch-cpu" / "my_kernel" / "cubins").exists()
-    cli(
-        "build", "--out", str(tmp_path / "again"), "--arch", "sm_80", cwd=project
-    )  # PATH: the folder it runs in
-    for variant in (
-        "torch-cuda",
-        "torch-cpu",
-        "torch-universal",
-    ):  # same sources, same bytes (cubins included)
+    # no PATH: the package in the folder it runs in; same sources, same bytes (cubins included)
+    cli("build", "--out", str(tmp_path / "again"), "--arch", "sm_80", cwd=project)
+    for variant in ("torch-cuda", "torch-cpu", "torch-universal"):
         rel = f"build/{variant}/metadata.json"
         assert (tmp_path / "again" / rel).read_bytes() == (tmp_path / "dist" / rel).read_bytes()
 
@@ -122,9 +117,7 @@ def test_hand_written_cuda_package_builds_its_extension_and_loads(hub, hub_env, 
     assert (meta["backend"], meta["torch_stable_abi"]) == ({"type": "cuda", "archs": ["8.0"]}, "2.11")
     namespace = "cuda_scale_" + meta["id"][-8:]  # OPS_NAMESPACE: the python name + the build hash
     so = (vdir / "cuda_scale" / "_C.abi3.so").read_bytes()
-    assert (
-        so.startswith(b"\x7fELF") and namespace.encode() in so
-    )  # ops registered under the build's namespace
+    assert so.startswith(b"\x7fELF") and namespace.encode() in so  # ops under the build's namespace
     for cpu in ("torch-cpu", "torch-universal"):  # the extension ships in the CUDA variant only
         assert sorted(p.name for p in (tmp_path / "dist" / "build" / cpu / "cuda_scale").iterdir()) == [
             "__init__.py", "_build_info.py", "reference.py"
@@ -178,9 +171,7 @@ def test_kernel_builder_output_publishes_unchanged_and_loads_with_stock_kernels(
     for rel in ("build/torch-cpu/kb_relu/__init__.py", "build/torch-cpu/metadata.json"):
         path = hf_hub_download(repo, rel, revision="v1", repo_type="kernel", endpoint=hub.url)
         files[rel] = Path(path).read_bytes()
-    assert (
-        files["build/torch-cpu/kb_relu/__init__.py"] == KB_INIT.encode()
-    )  # the kernel as kernel-builder built it
+    assert files["build/torch-cpu/kb_relu/__init__.py"] == KB_INIT.encode()  # as kernel-builder built it
     meta = json.loads(files["build/torch-cpu/metadata.json"])
     assert meta["id"] == "_kb_relu_torch_cpu_0a1b2c3" and meta["api"]["__all__"] == ["relu"]
     assert "kb_relu/__init__.py" in meta["digest"]["files"] and meta["build"]["kind"] == "kernel-builder"
