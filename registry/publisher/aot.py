@@ -148,8 +148,8 @@ def compile_cubins(
     python: str,
     env: Mapping[str, str],
     loose_root: Path,
+    module: str,
     aot_kwargs: Mapping | None = None,
-    module: str = "triton.aot_build",
 ) -> tuple[list[str], list[str]]:
     """AOT-compile the package's Triton kernels per arch via `<package>.<module>.compile_all` (no GPU needed).
 

@@ -488,8 +488,8 @@ def _build_variant(plan: VariantSpec, vdir: Path, ctx: _Context) -> VariantResul
             opts.python,
             ctx.env,
             loose,
-            opts.aot_kwargs,
             ctx.aot_module,
+            opts.aot_kwargs,
         )
         triton_versions = [installed]
         ctx.cubins = loose
