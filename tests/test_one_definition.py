@@ -1,17 +1,17 @@
 """Names defined once (issue 42): the CUDA variant's name is build/matrix.toml's alone. Code reads it from
 there (the CUDA recipe's `VARIANT`, bench/run_gpu.sh, the tests' `variant_names`); no other source, script,
 workflow or config spells it out. Prose (docstrings, comments, Markdown) may name it, and so may a test that
-pins what a naming rule gives (an expected value, not a definition). Reads files; imports only the recipe."""
+pins what a naming rule gives (an expected value, not a definition). Reads files; imports only the recipe, as the builder does."""
 
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from variant_names import CUDA_VARIANT, MATRIX_FILE
+
+from registry.publisher.cuda import cuda_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TREES = ("registry", "kernel_src", "build", ".github", "bench")
@@ -63,15 +63,7 @@ def test_the_cuda_variant_name_is_spelled_out_only_in_the_matrix():
 
 
 def test_the_recipe_reads_the_name_from_the_matrix():
-    spec = importlib.util.spec_from_file_location(
-        "recipe_names", ROOT / "build" / "cuda" / "build_variant.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
+    module = cuda_recipe(ROOT / "build" / "cuda")  # the recipe as the builder imports it
     assert module.VARIANT == CUDA_VARIANT and MATRIX_FILE == ROOT / "build" / "matrix.toml"
     matrix = {"variants": {"a": {"kind": "triton"}, "b": {"kind": "cuda"}, "c": {"kind": "cuda"}}}
     with pytest.raises(module.CudaBuildError, match="one variant of kind"):
