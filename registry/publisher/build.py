@@ -293,6 +293,10 @@ def build(
     """
     opts = options or BuildOptions(**option_values)
     source, out = Path(source).resolve(), Path(out).resolve()
+    if not source.is_dir():
+        raise BuildError(
+            f"{source} is not a folder: pass a kernel package folder (`kernel-hub init NAME` makes one)"
+        )
     pkg = read_package(source) if (source / BUILD_TOML).is_file() else None
     if pkg is None and not (source / "__init__.py").is_file():
         raise BuildError(

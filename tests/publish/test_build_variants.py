@@ -185,6 +185,8 @@ def test_stock_kernels_imports_the_cpu_variant(built, monkeypatch):
 def test_build_refuses_a_non_package(tmp_path):
     with pytest.raises(b.BuildError, match="no __init__.py"):
         b.build(tmp_path, tmp_path / "out", MATRIX, aot=False)
+    with pytest.raises(b.BuildError, match="missing is not a folder"):
+        b.build(tmp_path / "missing", tmp_path / "out", MATRIX, aot=False)
 
 
 def _cuobjdump() -> Path:
