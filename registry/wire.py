@@ -56,11 +56,15 @@ def extension_answered(r: Response) -> bool:
 
 
 def said(r: Response) -> str:
-    """The hub's own one-line message in an error answer."""
+    """The hub's own message in an error answer, in one line: its JSON `error`, else `X-Error-Message`, else the
+    body's first line (a proxy's HTML page is not repeated whole)."""
     try:
-        return str(r.json().get("error") or r.text)
+        body = r.json()
     except ValueError:
-        return r.headers.get("X-Error-Message") or r.text
+        body = None
+    message = body.get("error") if isinstance(body, dict) else None
+    message = message or r.headers.get("X-Error-Message") or r.text.strip().split("\n")[0] or r.reason_phrase
+    return " ".join(str(message).split())[:300]
 
 
 @dataclass

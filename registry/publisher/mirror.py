@@ -21,7 +21,6 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from registry.spec import names, signing
 from registry.spec.signing import SignatureError
-from registry.wire import said
 
 from .errors import PublishError
 from .publish import REPO_TYPE, HubClient, check_repo_id, folder_tree, register_key, tree_problems
@@ -98,10 +97,10 @@ def _asking(src: HubClient, source: str) -> Iterator[None]:
         yield
     except HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else None
-        why = said(e.response) if e.response is not None else str(e)
+        why = " ".join((e.server_message or str(e).split("\n")[0]).split())[:200]  # read also from a stream
         token = "; pass --from-token for a private repo" if status in (401, 403, 404) else ""
         raise PublishError(
-            f"the source hub {src.endpoint} answered {status} for {source} ({' '.join(why.split())[:200]}): "
+            f"the source hub {src.endpoint} answered {status} for {source} ({why}): "
             f"check the repo id and --from{token}"
         ) from None
     except TransportError as e:
