@@ -144,8 +144,10 @@ def build_extension(
     )
     env = {
         **os.environ,
-        "CUDA_HOME": str(home),
-        "PATH": os.pathsep.join([str(Path(python).parent), str(home / "bin"), constants.search_path()]),
+        constants.CUDA_HOME: str(home),
+        constants.PATH: os.pathsep.join(
+            [str(Path(python).parent), str(home / "bin"), constants.search_path()]
+        ),
         "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs, ptx),
         constants.MAX_JOBS: constants.max_jobs("2"),
     }
