@@ -191,13 +191,17 @@ def test_mirror_copies_every_version_between_two_hubs_with_signatures_kept(hub, 
     cli("build", str(tmp_path / "mirrored"), "--out", str(tmp_path / "dist"), "--no-aot", cwd=tmp_path)
     org, token = trusted_org(hub)
     source = publish(hub, org, token, "mirrored", tmp_path / "dist", tmp_path)
+    cli("publish", source, str(tmp_path / "dist"), "--version", "2", "--endpoint", hub.url, "--token", token,
+        "--key", str(tmp_path / "key.pem"), cwd=tmp_path)  # fmt: skip
     ours = HubProcess(tmp_path / "mirror-hub").start()
     try:
         mirror_token = ours.token(f"{org}-user", write=[org])
         ours.org(org, trusted=True, members=(f"{org}-user",))
         argv = ["mirror", source, "--from", hub.url, "--endpoint", ours.url, "--token", mirror_token]
-        assert f"{source} v1 -> " in cli(*argv, cwd=tmp_path)
-        assert "(unchanged)" in cli(*argv, cwd=tmp_path)  # a second run finds the same tree and leaves it
+        first = cli(*argv, cwd=tmp_path)
+        assert f"{source} v1 -> " in first and f"{source} v2 -> " in first and "(unchanged)" not in first
+        again = cli(*argv, cwd=tmp_path)
+        assert again.count("(unchanged)") == 2  # a second run finds the same trees and leaves them
         for rel in ("build/torch-cpu/metadata.json", "build/torch-cpu/metadata.json.sig"):
             original, copy = (
                 Path(hf_hub_download(source, rel, revision="v1", repo_type="kernel", endpoint=url,
