@@ -21,9 +21,10 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from registry.spec import names, signing
 from registry.spec.signing import SignatureError
+from registry.wire import REPO_TYPE, HubClient
 
 from .errors import PublishError
-from .publish import REPO_TYPE, HubClient, check_repo_id, folder_tree, register_key, tree_problems
+from .publish import check_repo_id, folder_tree, register_key, tree_problems
 
 log = logging.getLogger(__name__)
 
