@@ -74,8 +74,7 @@ def gc(
     """One garbage collection pass (see the module docstring); `dry_run` only reports."""
     report = GcReport()
     now = time.time()
-    if not dry_run:
-        report.temp_files = blobs.clean_staging(grace_s)
+    report.temp_files = blobs.clean_staging(grace_s, dry_run=dry_run)
     report.branches, report.kept_branches = remove_publish_branches(store, publish_max_age_s, dry_run)
     leases = Leases(store.engine)
     listed = list(blobs.iter_blobs())  # before the references: a blob committed later is newer anyway

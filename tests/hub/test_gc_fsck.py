@@ -150,3 +150,17 @@ def test_fsck_quarantines_damaged_blobs_and_reports_missing_ones(gc_hub):
 def test_gc_and_fsck_refuse_a_folder_that_is_no_hub(tmp_path):
     rc, _ = run_cli("gc", "--data", str(tmp_path))
     assert rc == 2
+
+
+def test_gc_dry_run_counts_the_temp_files_it_would_remove(gc_hub):
+    """Issue 43: `gc --dry-run` said 0 temp files whatever was left; it counts them now, and keeps them."""
+    hub, _ = gc_hub
+    dead = hub.data_dir / "blobs" / "tmp" / "99999-crashed"
+    dead.mkdir(parents=True)
+    (dead / ".lock").touch()
+    (dead / "partial-upload").write_bytes(b"x" * 100)
+    rc, out = run_cli("gc", "--dry-run", "--data", str(hub.data_dir))
+    assert rc == 0 and out.startswith("would remove: 1 temp files,"), out
+    assert (dead / "partial-upload").exists()
+    rc, out = run_cli("gc", "--data", str(hub.data_dir))
+    assert rc == 0 and out.startswith("removed: 1 temp files,") and not dead.exists(), out

@@ -107,9 +107,9 @@ class FileBlobStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return path, fd
 
-    def clean_staging(self, older_than_s: float) -> int:
+    def clean_staging(self, older_than_s: float, dry_run: bool = False) -> int:
         """Remove temp files of dead processes (their folder's lock is free), whatever their age, and
-        flat temp files of the old layout older than `older_than_s`; returns how many."""
+        flat temp files of the old layout older than `older_than_s`; returns how many (`dry_run`: only counts)."""
         removed, cutoff = 0, time.time() - older_than_s
         with _flocked(self.tmp_root / ".claim.lock"):
             for entry in self.tmp_root.iterdir():
@@ -118,11 +118,13 @@ class FileBlobStore:
                 if entry.is_dir():
                     if _lock_is_free(entry / ".lock"):
                         removed += sum(1 for p in entry.iterdir() if p.name != ".lock")
-                        shutil.rmtree(entry, ignore_errors=True)
+                        if not dry_run:
+                            shutil.rmtree(entry, ignore_errors=True)
                 elif entry.stat().st_mtime < cutoff:  # a temp file of the layout before per-process folders
-                    entry.unlink(missing_ok=True)
+                    if not dry_run:
+                        entry.unlink(missing_ok=True)
                     removed += 1
-        if removed:
+        if removed and not dry_run:
             log.warning("removed %d temp files left by crashed processes in %s", removed, self.tmp_root)
         return removed
 

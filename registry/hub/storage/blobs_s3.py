@@ -195,15 +195,17 @@ class S3BlobStore:
         self.delete(sha256)
         return f"s3://{self.bucket}/{dest}"
 
-    def clean_staging(self, older_than_s: float) -> int:
-        """Abort multipart uploads of crashed writers started more than `older_than_s` ago."""
+    def clean_staging(self, older_than_s: float, dry_run: bool = False) -> int:
+        """Abort multipart uploads of crashed writers started more than `older_than_s` ago (`dry_run`: count)."""
         cutoff, n = time.time() - older_than_s, 0
         pages = self.client.get_paginator("list_multipart_uploads").paginate(
             Bucket=self.bucket, Prefix=self._key("sha256", "")
         )
         for page in pages:
             for u in page.get("Uploads", []):
-                if u["Initiated"].timestamp() < cutoff:
+                if u["Initiated"].timestamp() < cutoff and dry_run:
+                    n += 1
+                elif u["Initiated"].timestamp() < cutoff:
                     self.client.abort_multipart_upload(
                         Bucket=self.bucket, Key=u["Key"], UploadId=u["UploadId"]
                     )
