@@ -42,6 +42,7 @@ from .web import Call
 
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_README_BYTES = 256 * 1024  # a bigger README is linked, not rendered
+MAX_FILES_LISTED = 150  # per page: a page stays under 50 KB; the API's tree listing has them all
 SECTION_TTL_S = 60.0
 _SECTION_CACHE_SIZE = 128
 
@@ -308,7 +309,9 @@ def version_page(call: Call):
         return not_found(err, f"/kernels/{repo.repo_id}", repo.repo_id)
     view = _version(call, repo, version_of(rev), commit_id, sections=True)
     files = sorted((p, e.size) for p, e in view["manifest"].items())
-    return render("version.html", repo_id=repo.repo_id, v=view, files=files)
+    return render(
+        "version.html", repo_id=repo.repo_id, v=view, files=files[:MAX_FILES_LISTED], all_files=len(files)
+    )
 
 
 def commit_page(call: Call):
@@ -323,6 +326,7 @@ def commit_page(call: Call):
     versions = sorted(n for n, c in version_heads(call, repo) if c == commit.id)
     manifest = store.manifest(repo, commit.id)
     files = sorted((p, e.size) for p, e in manifest.items())
+    all_files, files = len(files), files[:MAX_FILES_LISTED]
     signer = signer_of(manifest, reader(call, manifest), call.hub.accounts.keys(repo.namespace))
     return render(
         "commit.html",
@@ -332,6 +336,7 @@ def commit_page(call: Call):
         date=format_date(commit.created_at),
         versions=versions,
         files=files,
+        all_files=all_files,
     )
 
 

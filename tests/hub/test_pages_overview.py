@@ -82,3 +82,25 @@ def test_kernel_page_has_a_usage_snippet_and_version_pages_link_their_files(http
     assert (
         f'href="/kernels/{kernel["repo"]}/resolve/{kernel["commit"]}/build/torch-cpu/metadata.json"' in html
     )
+
+
+def test_a_version_with_many_files_lists_the_first_ones_and_links_the_rest(http, hub):
+    """A full build ships hundreds of files (cubins per arch): the page lists 150 and stays under 50 KB."""
+    ns = f"ovmany{uuid.uuid4().hex[:6]}"
+    api = HfApi(endpoint=hub.url, token=hub.token(ns))
+    repo = f"{ns}/fused-mlp"
+    api.create_repo(repo, repo_type="kernel")
+    api.create_branch(repo, branch="v1", repo_type="kernel")
+    ops = [
+        CommitOperationAdd(path_in_repo=f"build/torch-cuda/fused_mlp/triton/aot/sm_90a/kernel_{i:03d}.cubin",
+                           path_or_fileobj=f"{ns} {i}".encode())
+        for i in range(400)
+    ]  # fmt: skip
+    commit = api.create_commit(repo, ops, commit_message="Publish v1", repo_type="kernel", revision="v1").oid
+    for path in (f"/kernels/{repo}/tree/v1", f"/kernels/{repo}/commit/{commit}"):
+        html = _page(http, path)
+        assert "Files (400)" in html and "and 250 more" in html and html.count(".cubin</code></a>") == 150
+    assert http.get(f"/api/kernels/{repo}/tree/{commit}?recursive=1").status_code == 200  # the page's link
+    files = [e for e in api.list_repo_tree(repo, revision=commit, recursive=True, repo_type="kernel")
+             if e.path.endswith(".cubin")]  # fmt: skip
+    assert len(files) == 400  # the stock client follows the API's pages
