@@ -49,15 +49,20 @@ def dists(tmp_path_factory):
     }
 
 
-@pytest.fixture
-def user(hub, tmp_path):
-    name = f"s{uuid.uuid4().hex[:8]}"
+def new_user(hub, tmp_path: Path, prefix: str = "s") -> dict:
+    """A fresh user of `hub` publishing its own fused-mlp: repo, token, key file, hub URL."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
     return {
         "repo": f"{name}/fused-mlp",
         "token": hub.token(name),
         "key": tmp_path / f"{name}.pem",
         "url": hub.url,
     }
+
+
+@pytest.fixture
+def user(hub, tmp_path):
+    return new_user(hub, tmp_path)
 
 
 def cli(user, dist: Path, version: int, *extra: str, update: bool = True) -> tuple[int, str, str]:
@@ -160,13 +165,7 @@ def own_hub(tmp_path):
 def test_hub_restarting_mid_publish_leaves_no_branch_and_one_line(own_hub, dists, monkeypatch, tmp_path):
     """The hub goes away right before the swap and is back a second later: the publish fails in one line,
     vN stays where it was, and the cleanup's retries remove the temporary branch."""
-    name = f"r{uuid.uuid4().hex[:6]}"
-    user = {
-        "repo": f"{name}/fused-mlp",
-        "token": own_hub.token(name),
-        "key": tmp_path / "k.pem",
-        "url": own_hub.url,
-    }
+    user = new_user(own_hub, tmp_path, "r")
     assert cli(user, dists["base"], 1)[0] == 0
     v1 = _branches(user)["v1"]
     real = publish.ref_update
@@ -269,13 +268,7 @@ def test_gc_reports_young_publish_branches_and_removes_them_on_request(hub, user
 def test_a_restart_removes_the_branches_of_publishes_it_cut_off(own_hub, dists, tmp_path):
     """Issue 43: a hub killed mid-publish kept the publish/... branch visible in list_repo_refs. The next
     start of a hub that serves its data alone removes every temporary branch (their publishes were cut off)."""
-    name = f"k{uuid.uuid4().hex[:6]}"
-    user = {
-        "repo": f"{name}/fused-mlp",
-        "token": own_hub.token(name),
-        "key": tmp_path / "k.pem",
-        "url": own_hub.url,
-    }
+    user = new_user(own_hub, tmp_path, "k")
     assert cli(user, dists["base"], 1)[0] == 0
     cut = names.publish_branch(time.time(), "cutoff")  # the branch of a publish the kill interrupted
     _api(user).create_branch(user["repo"], branch=cut, revision=_branches(user)["v1"], repo_type="kernel")
