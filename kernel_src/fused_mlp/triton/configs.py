@@ -121,6 +121,35 @@ ELEMENTWISE: dict[str, ElementwiseConfig] = {
 # The oldest GPU the kernels run on (bf16 tensor-core MMA starts at 8.0).
 MIN_CC = (8, 0)
 
+# Decode kernels (decode.py): at most `bound` rows against weights of at least DECODE_MIN_WEIGHT_BYTES[arch]
+# bytes, the forward GEMMs are a weight read and these GEMV-style tiles stream it; smaller weights stay with
+# the tables above (and cuBLAS), which were measured on them. Archs without rows here never take the path.
+# The rule is by rows and weight bytes, not by shape, so widths no sweep has seen take it too.
+# Rows and the threshold: bench/decode_sweep.py, bench/BENCHMARKS.md "Decode".
+DECODE_LINEAR: dict[str, Table] = {
+    "interpreter": ((64, GemmConfig(16, 16, 32, 1, 4, 2)),),
+}
+DECODE_GATE_UP: dict[str, Table] = {
+    "interpreter": ((64, GemmConfig(16, 16, 32, 1, 4, 2)),),
+}
+# The interpreter's threshold keeps the CPU tests' small weights on the portable kernels; tests of the
+# decode path lower it.
+DECODE_MIN_WEIGHT_BYTES: dict[str, int] = {"interpreter": 1 << 40}
+
+
+def decode_config(
+    role: str, arch: str, rows: int, weight_bytes: int, element_size: int = 2
+) -> GemmConfig | None:
+    """The decode config for a forward `role` ("linear" or "gate_up") of `rows` rows reading `weight_bytes`
+    of weights on `arch`, or None (not a decode call there)."""
+    if weight_bytes < DECODE_MIN_WEIGHT_BYTES.get(arch, 1 << 62):
+        return None
+    for bound, cfg in (DECODE_LINEAR if role == "linear" else DECODE_GATE_UP).get(arch, ()):
+        if rows <= bound:
+            return fit_element_size(cfg, element_size)
+    return None
+
+
 # Programmatic dependent launch (sm_90+): a GEMM of at most this many rows starts while the previous
 # kernel drains (its grid fits one wave, so early-resident programs steal no slots from that kernel).
 PDL_MAX_ROWS = 1024

@@ -16,8 +16,11 @@ from .activations import ACT_CODES
 from .configs import GemmConfig, TmaConfig, cdiv, cublas_linear, elementwise_config
 from .gemm import (
     INTERPRET,
+    decode,
     device_arch,
     gate_up_fits,
+    gemv_gate_up,
+    gemv_linear,
     pick,
     portable,
     ptr_gate_up,
@@ -85,6 +88,10 @@ def linear_rows(
         return out if out is not None else x2.new_empty((M, N))
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
+    if cfg is None and pre is None and (dc := decode("linear", x2, M, N * K * w.element_size())) is not None:
+        out = x2.new_empty((M, N)) if out is None else out
+        gemv_linear(x2, w, b, ACT_CODES[activation], out, dc)
+        return out
     if cfg is None and pre is None and cublas_linear(device_arch(x2), M, activation):
         return vendor_linear(x2, w, b, activation, out)
     if out is None:
@@ -198,6 +205,13 @@ def gate_up_rows(
     M = x2.shape[0]
     N = w_gate.shape[0]
     if M == 0 or N == 0:
+        return h
+    if (
+        cfg is None
+        and gu is None
+        and (dc := decode("gate_up", x2, M, 2 * N * x2.shape[1] * x2.element_size()))
+    ):
+        gemv_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc)
         return h
     cfg = pick("gate_up", x2, M, N, cfg)
     if (

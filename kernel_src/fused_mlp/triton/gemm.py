@@ -19,10 +19,12 @@ from .configs import (
     GemmConfig,
     TmaConfig,
     cdiv,
+    decode_config,
     gemm_config,
     tma_config,
     uses_pdl,
 )
+from .decode import GEMV_GATE_UP, GEMV_LINEAR
 from .gated import GATE_UP as GATE_UP_KERNEL
 from .gated import gate_up_consts as ptr_gate_up_consts
 from .hopper import TMA_GATE_UP, TMA_GEMM, gemm_consts
@@ -205,3 +207,40 @@ def pick(role: str, x: torch.Tensor, rows: int, cols: int, cfg: GemmConfig | Tma
 def portable(role: str, x: torch.Tensor, rows: int) -> GemmConfig:
     """The portable kernel's config for a forward role (when TMA's rules rule the Hopper kernel out)."""
     return gemm_config(LINEAR if role == "linear" else GATE_UP, device_arch(x), rows, x.element_size())
+
+
+def decode(role: str, x: torch.Tensor, rows: int, weight_bytes: int) -> GemmConfig | None:
+    """The decode kernels' config (decode.py) for a forward of `role` at `rows` rows reading `weight_bytes`
+    of weights, or None (the table's other paths). Never for exact fp32 (TF32 off): the portable kernels and
+    cuBLAS keep that precision's tiles."""
+    if dot_flags(x)[1] == "ieee" and x.is_cuda:
+        return None
+    return decode_config(role, device_arch(x), rows, weight_bytes, x.element_size())
+
+
+def gemv_linear(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: int, out: torch.Tensor, cfg: GemmConfig
+) -> None:
+    """One `gemv_linear_kernel` launch: out = act(x @ w^T + b), the portable family's arguments."""
+    M, K = x.shape
+    N = w.shape[0]
+    upcast, precision = dot_flags(x)
+    pdl = uses_pdl(device_arch(x), M)
+    args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w.stride(0), out.stride(0))
+    consts = linear_consts(cfg, has_bias=b is not None, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=False,
+                           upcast=upcast, precision=precision)  # fmt: skip
+    launch(GEMV_LINEAR, (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),), args, consts, cfg.num_warps, cfg.num_stages)
+
+
+def gemv_gate_up(
+    x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, act: int, h: torch.Tensor, cfg: GemmConfig
+) -> None:
+    """One `gemv_gate_up_kernel` launch: h = act(x wg^T) * (x wu^T), the portable family's arguments."""
+    M, K = x.shape
+    N = wg.shape[0]
+    upcast, precision = dot_flags(x)
+    pdl = uses_pdl(device_arch(x), M)
+    args = (x, wg, wu, h, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0))
+    consts = ptr_gate_up_consts(cfg, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=False, upcast=upcast,
+                                precision=precision)  # fmt: skip
+    launch(GEMV_GATE_UP, (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),), args, consts, cfg.num_warps, cfg.num_stages)
