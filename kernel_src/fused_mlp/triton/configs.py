@@ -125,16 +125,29 @@ MIN_CC = (8, 0)
 # bytes, the forward GEMMs are a weight read and these GEMV-style tiles stream it; smaller weights stay with
 # the tables above (and cuBLAS), which were measured on them. Archs without rows here never take the path.
 # The rule is by rows and weight bytes, not by shape, so widths no sweep has seen take it too.
-# Rows and the threshold: bench/decode_sweep.py, bench/BENCHMARKS.md "Decode".
+# sm_90a: H100, bf16, bench/decode_sweep.py over five gated widths (hidden 1024-4096, intermediate 4096-18944)
+# at 1-64 rows, weights rotated past L2; the rows and the 16 MiB threshold are explained with the numbers in
+# bench/BENCHMARKS.md "Decode". Below 16 rows the tensor-core tile (BM=16) beat multiply-and-reduce everywhere.
 DECODE_LINEAR: dict[str, Table] = {
+    "sm_90a": (
+        (1, GemmConfig(16, 64, 256, 1, 4, 4)),
+        (16, GemmConfig(16, 32, 512, 1, 4, 4)),
+        (32, GemmConfig(16, 64, 256, 1, 4, 4)),
+        (64, GemmConfig(32, 64, 256, 1, 4, 4)),
+    ),
     "interpreter": ((64, GemmConfig(16, 16, 32, 1, 4, 2)),),
 }
 DECODE_GATE_UP: dict[str, Table] = {
+    "sm_90a": (
+        (16, GemmConfig(16, 64, 128, 1, 4, 4)),
+        (32, GemmConfig(32, 64, 128, 1, 4, 4)),
+        (64, GemmConfig(64, 64, 128, 1, 4, 3)),
+    ),
     "interpreter": ((64, GemmConfig(16, 16, 32, 1, 4, 2)),),
 }
 # The interpreter's threshold keeps the CPU tests' small weights on the portable kernels; tests of the
 # decode path lower it.
-DECODE_MIN_WEIGHT_BYTES: dict[str, int] = {"interpreter": 1 << 40}
+DECODE_MIN_WEIGHT_BYTES: dict[str, int] = {"sm_90a": 16 << 20, "interpreter": 1 << 40}
 
 
 def decode_config(

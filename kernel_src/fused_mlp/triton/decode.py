@@ -44,7 +44,8 @@ def _wx(w, x, acc, BM: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constex
     return acc + tl.sum(prod, axis=2)
 
 
-@triton.jit
+# M is not specialised (Triton would compile M == 1 apart): the shipped cubins serve every M with one code.
+@triton.jit(do_not_specialize=["M"])
 def gemv_linear_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_om,
@@ -84,7 +85,7 @@ def gemv_linear_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(offs_m[None, :] < M) & (offs_n[:, None] < N))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def gemv_gate_up_kernel(
     x_ptr, wg_ptr, wu_ptr, h_ptr,
     M, N, K, stride_xm, stride_wg, stride_wu, stride_hm,
