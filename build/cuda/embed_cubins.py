@@ -36,6 +36,8 @@ LAUNCH_SIGNATURES = {
     "act_and_mul_kernel": "ptr ptr ptr i32:16",
     "tma_gemm_kernel": "ptr ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
     "tma_gate_up_kernel": "ptr ptr ptr ptr ptr i32 i32 i32 i32 i32 i32 i32 i32",
+    "gemv_linear_kernel": "ptr ptr ptr ptr i32 i32:16 i32:16 i32:16 i32:16 i32:16",
+    "gemv_gate_up_kernel": "ptr ptr ptr ptr i32 i32:16 i32:16 i32:16 i32:16 i32:16 i32:16",
 }
 STEP_CODES = {"linear": 0, "gate_up": 1, "act_and_mul": 2, "chain": 3, "chain_backward": 4}
 OP_CODES = {
@@ -45,7 +47,16 @@ OP_CODES = {
     "act_and_mul": 3,
     "gated_mlp_train": 4,
 }  # -1 in a row: every op
-IMPL_CODES = {"triton": 0, "cublaslt": 1, "split": 2, "cuda": 3, "tma": 4, "persistent": 5, "layers": 6}
+IMPL_CODES = {
+    "triton": 0,
+    "cublaslt": 1,
+    "split": 2,
+    "cuda": 3,
+    "tma": 4,
+    "persistent": 5,
+    "layers": 6,
+    "gemv": 7,
+}
 DTYPE_CODES = {"bf16": 0, "fp16": 1}
 GEN_SOURCE = "triton_table.gen.cpp"
 BLOB = "cubins.bin"
@@ -96,12 +107,13 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from fused_mlp.triton import aot_build as aot
-from fused_mlp.triton.configs import WAVE_FILL
+from fused_mlp.triton.configs import DECODE_MIN_WEIGHT_BYTES, WAVE_FILL
 want = json.loads(sys.argv[2])
 own, reuse, dtypes = Path(sys.argv[3]), sys.argv[4], tuple(sys.argv[5].split(","))
 triton = __import__("triton").__version__
 defs = aot.kernel_defs()
-out = {"triton": triton, "wave_fill": WAVE_FILL, "rows": [], "params": {}, "compiled": {}, "reused": {}}
+out = {"triton": triton, "wave_fill": WAVE_FILL, "rows": [], "params": {}, "compiled": {}, "reused": {},
+       "decode_min_bytes": {a: DECODE_MIN_WEIGHT_BYTES[a] for a in want if a in DECODE_MIN_WEIGHT_BYTES}}
 for arch, pairs in want.items():
     have = Path(reuse) / triton / arch if reuse else None
     for kernel, role in pairs:
@@ -255,6 +267,17 @@ def code_tables(paths) -> list[str]:
     return lines
 
 
+def decode_rules(min_bytes: dict[str, int]) -> list[str]:
+    """C++ lines for configs.DECODE_MIN_WEIGHT_BYTES of the embedded archs (the decode kernels' `gemv` rule)."""
+    rules = [f"  {{{_cc(arch)}, {int(n)}ll}},  // {arch}" for arch, n in sorted(min_bytes.items())]
+    return [
+        f"const int kNumDecodeRules = {len(rules)};",
+        "const DecodeRule kDecodeRules[] = {",
+        *(rules or ["  {-1, 0ll},  // none"]),
+        "};",
+    ]
+
+
 def _step_impl_of(paths, kernel: str, role: str) -> tuple[int, int]:
     """(step, implementation) codes of the path table entry that runs `kernel` in `role`."""
     step, impl = next(key for key, value in paths.TRITON_KERNELS.items() if tuple(value) == (kernel, role))
@@ -331,6 +354,7 @@ def write_sources(
         f'const char kTritonVersion[] = "{version}";',
         f"const int kNumTritonCubins = {len(entries)};",
         f"const double kWaveFill = {float((aot or {}).get('wave_fill', 1.0))!r};",
+        *decode_rules((aot or {}).get("decode_min_bytes", {}) if entries else {}),
         "const TritonCubin kTritonCubins[] = {",
         *(
             entries

@@ -18,6 +18,12 @@ Implementations:
   16-byte aligned bases and row strides (K, N multiples of 8); else the step's fallback. Its `gate_up`
   also stores the pre-activations (g, u) for backward in one pass (training forward).
 - `cublaslt`: a cuBLASLt GEMM with the bias/relu/gelu_tanh epilogue (gelu and silu: one more kernel).
+- `gemv`: our decode Triton kernels (fused_mlp/triton/decode.py: few rows, weights streamed once). No table
+  row names it: a forward `linear` / `gate_up` (no (g, u) store) takes it before the table whenever the arch
+  has decode rows (`configs.DECODE_LINEAR` / `DECODE_GATE_UP`) admitting its rows and its weights are at
+  least `configs.DECODE_MIN_WEIGHT_BYTES[arch]`: a rule by rows and bytes, so unseen widths take it too.
+  Same operand rules as `triton`; a call it cannot take goes to the table's choice. `cuda_set_path` forcing
+  another implementation, or FUSED_MLP_CUDA_DISABLE=gemv, turns it off.
 - `split`: gate_up as two `linear` steps (gate, up) into scratch, then the `act_and_mul` step.
 - `cuda`: the CUDA C++ elementwise act_and_mul kernel.
 - `persistent`: the CUDA C++ chain kernel (csrc/chain.h): every layer in one cooperative launch, each
@@ -53,8 +59,8 @@ from __future__ import annotations
 STEPS = ("linear", "gate_up", "act_and_mul", "chain", "chain_backward")
 OPS = ("linear", "mlp", "gated_mlp", "act_and_mul", "gated_mlp_train")
 IMPLS = {
-    "linear": ("triton", "tma", "cublaslt"),
-    "gate_up": ("triton", "tma", "split"),
+    "linear": ("triton", "tma", "cublaslt", "gemv"),
+    "gate_up": ("triton", "tma", "split", "gemv"),
     "act_and_mul": ("triton", "cuda"),
     "chain": ("persistent", "layers"),
     "chain_backward": ("persistent", "layers"),
@@ -85,6 +91,8 @@ TRITON_KERNELS = {
     ("gate_up", "triton"): ("gate_up_kernel", "gate_up"),
     ("gate_up", "tma"): ("tma_gate_up_kernel", "tma_gate_up"),
     ("act_and_mul", "triton"): ("act_and_mul_kernel", "act_and_mul"),
+    ("linear", "gemv"): ("gemv_linear_kernel", "gemv_linear"),
+    ("gate_up", "gemv"): ("gemv_gate_up_kernel", "gemv_gate_up"),
 }
 
 Rows = tuple[tuple[int | None, str], ...]

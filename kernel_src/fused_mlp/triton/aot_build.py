@@ -22,6 +22,8 @@ import triton
 
 from ..arch import is_arch, parse_arch
 from .configs import (
+    DECODE_GATE_UP,
+    DECODE_LINEAR,
     GATE_UP,
     LINEAR,
     MIN_CC,
@@ -42,13 +44,14 @@ _GATED_ACTS = (1, 2, 3, 4)
 def kernel_defs() -> dict[str, KernelDef]:
     """Kernel name -> KernelDef of every family (the elementwise backward kernels ship no cubins today)."""
     from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
+    from .decode import GEMV_GATE_UP, GEMV_LINEAR
     from .gated import GATE_UP as GATE_UP_KERNEL
     from .hopper import TMA_GATE_UP, TMA_GEMM
     from .linear import ACTIVATION_BACKWARD
     from .linear import LINEAR as LINEAR_KERNEL
 
     families = (LINEAR_KERNEL, GATE_UP_KERNEL, ACT_AND_MUL, ACT_AND_MUL_BACKWARD, ACTIVATION_BACKWARD, TMA_GEMM,
-                TMA_GATE_UP)  # fmt: skip
+                TMA_GATE_UP, GEMV_LINEAR, GEMV_GATE_UP)  # fmt: skip
     return {k.name: k for k in families}
 
 
@@ -155,6 +158,30 @@ def shipped_rows(arch: str, dtypes: Iterable[str] = DEFAULT_DTYPES) -> list[Ship
             spec = AotSpec("act_and_mul_kernel", dtype, (act, ew.BLOCK), ew.num_warps, 1)
             rows.append(ShippedRow(spec, None, act, False, "act_and_mul"))
         rows.extend(_hopper_rows(arch, dtype))
+        rows.extend(_decode_rows(arch, dtype))
+    return rows
+
+
+def _decode_rows(arch: str, dtype: str) -> list[ShippedRow]:
+    """The decode kernels' rows (configs.DECODE_LINEAR / DECODE_GATE_UP of the arch; none where it has no
+    table): every activation, the linear with and without bias, K a multiple of BK."""
+    from .gated import gate_up_consts
+    from .linear import linear_consts
+
+    rows = []
+    for table, kernel, role in ((DECODE_LINEAR, "gemv_linear_kernel", "gemv_linear"),
+                                (DECODE_GATE_UP, "gemv_gate_up_kernel", "gemv_gate_up")):  # fmt: skip
+        for lo, hi, cfg in _row_ranges(table.get(arch, ())):
+            for pdl in _pdls(arch, lo, hi):
+                for act in _ACTS if role == "gemv_linear" else _GATED_ACTS:
+                    for bias in (True, False) if role == "gemv_linear" else (False,):
+                        consts = (
+                            linear_consts(cfg, has_bias=bias, act=act, even_k=True, pdl=pdl, prefetch=False)
+                            if role == "gemv_linear"
+                            else gate_up_consts(cfg, act=act, even_k=True, pdl=pdl, prefetch=False)
+                        )
+                        spec = AotSpec(kernel, dtype, consts, cfg.num_warps, cfg.num_stages)
+                        rows.append(ShippedRow(spec, hi, act, bias, role, lo))
     return rows
 
 

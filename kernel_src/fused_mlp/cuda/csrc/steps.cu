@@ -51,6 +51,16 @@ bool tma_fits(std::initializer_list<int> aligns, std::initializer_list<long long
   return m <= kI32;
 }
 
+// What the portable and decode cubins assume (`i32:16` sizes, 16-byte pointers) and 32-bit offsets.
+bool portable_fits(int dt, long long m, long long n, long long k, std::initializer_list<int> aligns) {
+  for (const int a : aligns)
+    if (a < 16) return false;
+  return dt >= 0 && n % 16 == 0 && k % 16 == 0 && m * k <= kI32 && n * k <= kI32 && m * n <= kI32;
+}
+
+// The step's fallback (paths.FALLBACK) when a forced gemv cannot take a call.
+Impl fallback_impl(Step step) { return static_cast<Impl>(kFallbackImpl[static_cast<int>(step)]); }
+
 }  // namespace
 
 LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
@@ -60,13 +70,22 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
   p.impl = choose_impl(Step::Linear, c.op, c.sm, m, c.captured);
   if (m == 0 || n == 0) return p;
   const int dt = cubin_dtype(dtype);
+  if (decode_wanted(Step::Linear, c.sm, n * k * static_cast<long long>(element_bytes(dtype))) &&
+      portable_fits(dt, m, n, k, {align_x, align_w, has_bias ? align_b : 16, align_y})) {
+    p.cubin = find_cubin({Step::Linear, Impl::Gemv, c.sm, dt, static_cast<int>(act), has_bias, false, m, n, c.sms});
+    if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
+      p.impl = Impl::Gemv;
+      p.programs = cubin_programs(*p.cubin, m, n, c.sms);
+      return p;
+    }
+    p.cubin = nullptr;
+    if (p.impl == Impl::Gemv) p.impl = fallback_impl(Step::Linear);
+  }
   if (p.impl == Impl::Triton || p.impl == Impl::Tma) {
     const bool tma = p.impl == Impl::Tma;
     const int ab = has_bias ? align_b : 16;
-    const bool fits =
-        dt >= 0 && (tma ? tma_fits({align_x, align_w, ab, align_y}, {k, n}, m)
-                        : n % 16 == 0 && k % 16 == 0 && align_x >= 16 && align_w >= 16 && ab >= 16 &&
-                              align_y >= 16 && m * k <= kI32 && n * k <= kI32 && m * n <= kI32);
+    const bool fits = tma ? dt >= 0 && tma_fits({align_x, align_w, ab, align_y}, {k, n}, m)
+                          : portable_fits(dt, m, n, k, {align_x, align_w, ab, align_y});
     p.cubin = fits ? find_cubin({Step::Linear, p.impl, c.sm, dt, static_cast<int>(act), has_bias, false, m, n, c.sms})
                    : nullptr;
     if (p.cubin != nullptr && (tma || k % p.cubin->block_k == 0)) {
@@ -141,6 +160,17 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
   if (m == 0 || i == 0) return p;
   const int dt = cubin_dtype(dtype);
+  if (!store_gu && decode_wanted(Step::GateUp, c.sm, 2 * i * k * static_cast<long long>(element_bytes(dtype))) &&
+      portable_fits(dt, m, i, k, {align_x, align_wg, align_wu})) {
+    p.cubin = find_cubin({Step::GateUp, Impl::Gemv, c.sm, dt, static_cast<int>(act), false, false, m, i, c.sms});
+    if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
+      p.impl = Impl::Gemv;
+      p.programs = cubin_programs(*p.cubin, m, i, c.sms);
+      return p;
+    }
+    p.cubin = nullptr;
+    if (p.impl == Impl::Gemv) p.impl = fallback_impl(Step::GateUp);
+  }
   if (p.impl == Impl::Tma) {
     if (dt >= 0 && w_planes && tma_fits({align_x, align_wg, align_wu}, {k, i}, m))
       p.cubin =
@@ -151,8 +181,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
       return p;
     }
   } else if (p.impl == Impl::Triton && !store_gu) {  // the portable kernel keeps g, u in registers only
-    const bool fits = dt >= 0 && i % 16 == 0 && k % 16 == 0 && align_x >= 16 && align_wg >= 16 && align_wu >= 16 &&
-                      m * k <= kI32 && i * k <= kI32 && m * i <= kI32;
+    const bool fits = portable_fits(dt, m, i, k, {align_x, align_wg, align_wu});
     p.cubin = fits ? find_cubin({Step::GateUp, Impl::Triton, c.sm, dt, static_cast<int>(act), false, false, m, i, c.sms})
                    : nullptr;
     if (p.cubin != nullptr && k % p.cubin->block_k == 0) {

@@ -211,6 +211,15 @@ Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured) {
   return Impl::Cublaslt;
 }
 
+bool decode_wanted(Step step, int sm, long long weight_bytes) {
+  const int forced = g_override[static_cast<int>(step)].load(std::memory_order_relaxed) - 1;
+  if (forced >= 0) return forced == static_cast<int>(Impl::Gemv);
+  if (disabled_impls() & (1u << static_cast<int>(Impl::Gemv))) return false;
+  for (int i = 0; i < kNumDecodeRules; ++i)
+    if (kDecodeRules[i].sm == sm) return weight_bytes >= kDecodeRules[i].min_weight_bytes;
+  return false;
+}
+
 int set_path_override(Step step, int impl) {
   return g_override[static_cast<int>(step)].exchange(impl + 1) - 1;
 }

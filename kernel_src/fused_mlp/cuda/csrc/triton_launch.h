@@ -17,8 +17,8 @@ namespace fused_mlp {
 enum class Step : int { Linear = 0, GateUp = 1, ActAndMul = 2, Chain = 3, ChainBackward = 4 };
 // GatedMlpTrain: the gated MLP's training forward, which also stores (g, u) for backward.
 enum class Op : int { Linear = 0, Mlp = 1, GatedMlp = 2, ActAndMul = 3, GatedMlpTrain = 4 };
-enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4, Persistent = 5, Layers = 6 };
-constexpr int kNumImpls = 7;
+enum class Impl : int { Triton = 0, Cublaslt = 1, Split = 2, Cuda = 3, Tma = 4, Persistent = 5, Layers = 6, Gemv = 7 };
+constexpr int kNumImpls = 8;
 constexpr int kNumSteps = 5;
 constexpr int kNumOps = 5;
 
@@ -26,7 +26,7 @@ constexpr int kNumOps = 5;
 struct TritonCubin {
   const char* kernel;         // entry name
   int step;                   // Step
-  int impl;                   // Impl::Triton (portable family) or Impl::Tma (Hopper family, persistent grid)
+  int impl;                   // Impl::Triton / Impl::Gemv (portable arguments) or Impl::Tma (Hopper, persistent grid)
   int sm;                     // compute capability (major*10+minor) the SASS runs on, exactly
   int dtype;                  // 0 bf16, 1 fp16
   int act, has_bias;          // Act code, bias flag
@@ -48,7 +48,16 @@ struct PathRow {
   int impl;
 };
 
+// The decode kernels' rule on one arch (configs.DECODE_MIN_WEIGHT_BYTES): forward GEMMs reading at least this
+// many bytes of weights take the `gemv` cubins when a row of theirs admits the call's rows.
+struct DecodeRule {
+  int sm;
+  long long min_weight_bytes;
+};
+
 extern const unsigned char* const kCubinBlob;
+extern const DecodeRule kDecodeRules[];
+extern const int kNumDecodeRules;
 extern const char kTritonVersion[];
 extern const int kNumTritonCubins;
 extern const double kWaveFill;  // configs.WAVE_FILL: least share of the last wave a tile alternative must fill
@@ -76,6 +85,10 @@ Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured);
 // Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
 // measure each implementation (bench/bench_paths.py). Returns the previous override.
 int set_path_override(Step step, int impl);
+// Whether a forward `step` (Linear or GateUp) reading `weight_bytes` of weights on `sm` tries the decode (gemv)
+// cubins before the table: the arch's DecodeRule, unless an override forces another implementation of the
+// step (forcing gemv says yes) or FUSED_MLP_CUDA_DISABLE names gemv.
+bool decode_wanted(Step step, int sm, long long weight_bytes);
 
 // What a cubin lookup asks for: the kernel family's specialization and the launch's output size.
 struct CubinQuery {
