@@ -7,6 +7,7 @@ Stable API (the transformers integration calls it once per replaced module):
 
     Shape(op, dims, activation, dtype="bfloat16", bias=False)
         op "gated_mlp": dims (hidden, intermediate); "mlp": (in, h1, ..., out); "linear": (in, out).
+        Wherever a shape is taken, a preset of registry.spec.presets or its name ("llama-3-8b") works too.
     kernel_wins(kernel, shape) -> bool
         True when the loaded `kernel` (a module get_kernel returned) is not slower than its fallback (the
         package's eager reference) at every row bucket of `ROWS[device]` for `shape` on this GPU, within the
@@ -29,6 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 
 import torch
+
+from registry.spec import presets
+from registry.spec.presets import Preset
 
 from .check import JsonCache, cache_key
 from .speed import (
@@ -77,10 +81,15 @@ class Shape:
         return f"{self.op} {'x'.join(map(str, self.dims))} {self.activation}{b} {self.dtype}"
 
 
-def as_shape(s: Shape | Mapping | tuple) -> Shape:
-    """A Shape from a Shape, a dict of its fields, or a tuple (op, dims, activation[, dtype[, bias]])."""
+def as_shape(s: Shape | Preset | str | Mapping | tuple, dtype: str = "bfloat16") -> Shape:
+    """A Shape from a Shape, a preset of registry.spec.presets or its name ("llama-3-8b", in `dtype`), a dict of
+    Shape's fields, or a tuple (op, dims, activation[, dtype[, bias]])."""
     if isinstance(s, Shape):
         return s
+    if isinstance(s, str):
+        s = presets.get(s)
+    if isinstance(s, Preset):
+        return Shape(s.op, s.widths, s.activation, dtype, s.bias)
     if isinstance(s, Mapping):
         return Shape(**s)
     return Shape(*s)

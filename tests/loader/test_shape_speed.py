@@ -63,6 +63,8 @@ def test_shapes_are_validated_with_what_to_pass():
     assert as_shape({"op": "mlp", "dims": (8, 16, 8), "activation": "relu", "bias": True}).key == (
         "mlp 8x16x8 relu+bias bfloat16"
     )
+    assert as_shape("llama-3-8b") == Shape("gated_mlp", (4096, 14336), "silu")
+    assert as_shape("gpt2", "float16") == Shape("mlp", (768, 3072, 768), "gelu_tanh", "float16", bias=True)
     with pytest.raises(ValueError, match="gated_mlp takes \\(hidden, intermediate\\)"):
         Shape("gated_mlp", (1, 2, 3), "silu")
     with pytest.raises(ValueError, match="use one of"):
