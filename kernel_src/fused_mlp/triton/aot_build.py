@@ -6,6 +6,7 @@ Output layout and metadata: `aot` and docs/CONTRACTS.md ("Kernel families").
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -171,8 +172,8 @@ def _decode_rows(arch: str, dtype: str) -> list[ShippedRow]:
     rows = []
     for table, kernel, role in ((DECODE_LINEAR, "gemv_linear_kernel", "gemv_linear"),
                                 (DECODE_GATE_UP, "gemv_gate_up_kernel", "gemv_gate_up")):  # fmt: skip
-        for lo, hi, cfg in _row_ranges(table.get(arch, ())):
-            for pdl in _pdls(arch, lo, hi):
+        for lo, hi, row in _row_ranges(table.get(arch, ())):
+            for cfg, pdl in itertools.product(alternatives(row), _pdls(arch, lo, hi)):
                 for act in _ACTS if role == "gemv_linear" else _GATED_ACTS:
                     for bias in (True, False) if role == "gemv_linear" else (False,):
                         consts = (

@@ -47,7 +47,7 @@ class ElementwiseConfig:
     num_warps: int
 
 
-Table = tuple[tuple[int | None, GemmConfig], ...]
+Table = tuple[tuple[int | None, GemmConfig | tuple[GemmConfig, ...]], ...]
 
 LINEAR: dict[str, Table] = {
     # The fastest candidate in GPU time over (M,N,K) = (16|64|1024|8192, 1024, 1024) and (.., 768, 3072)
@@ -130,18 +130,15 @@ MIN_CC = (8, 0)
 # bench/BENCHMARKS.md "Decode". Below 16 rows the tensor-core tile (BM=16) beat multiply-and-reduce everywhere.
 DECODE_LINEAR: dict[str, Table] = {
     "sm_90a": (
-        (1, GemmConfig(16, 64, 256, 1, 4, 4)),
         (16, GemmConfig(16, 32, 512, 1, 4, 4)),
         (32, GemmConfig(16, 64, 256, 1, 4, 4)),
-        (64, GemmConfig(32, 64, 256, 1, 4, 4)),
     ),
     "interpreter": ((64, GemmConfig(16, 16, 32, 1, 4, 2)),),
 }
 DECODE_GATE_UP: dict[str, Table] = {
     "sm_90a": (
-        (16, GemmConfig(16, 64, 128, 1, 4, 4)),
-        (32, GemmConfig(32, 64, 128, 1, 4, 4)),
-        (64, GemmConfig(64, 64, 128, 1, 4, 3)),
+        (16, (GemmConfig(16, 64, 128, 1, 4, 4), GemmConfig(16, 32, 128, 1, 4, 4))),
+        (32, (GemmConfig(32, 64, 128, 1, 4, 4), GemmConfig(32, 32, 128, 1, 4, 4))),
     ),
     "interpreter": ((64, GemmConfig(16, 16, 32, 1, 4, 2)),),
 }
@@ -151,15 +148,17 @@ DECODE_MIN_WEIGHT_BYTES: dict[str, int] = {"sm_90a": 16 << 20, "interpreter": 1 
 
 
 def decode_config(
-    role: str, arch: str, rows: int, weight_bytes: int, element_size: int = 2
-) -> GemmConfig | None:
+    role: str, arch: str, rows: int, weight_bytes: int, element_size: int = 2, cols: int | None = None,
+    sms: int | None = None,
+) -> GemmConfig | None:  # fmt: skip
     """The decode config for a forward `role` ("linear" or "gate_up") of `rows` rows reading `weight_bytes`
-    of weights on `arch`, or None (not a decode call there)."""
+    of weights into `cols` output columns on `sms` SMs of `arch`, or None (not a decode call there). A row's
+    alternatives are picked by last-wave fill, as the Hopper rows' are (`pick_alternative`)."""
     if weight_bytes < DECODE_MIN_WEIGHT_BYTES.get(arch, 1 << 62):
         return None
     for bound, cfg in (DECODE_LINEAR if role == "linear" else DECODE_GATE_UP).get(arch, ()):
         if rows <= bound:
-            return fit_element_size(cfg, element_size)
+            return fit_element_size(pick_alternative(alternatives(cfg), rows, cols, sms), element_size)
     return None
 
 
@@ -222,6 +221,15 @@ def wave_fill(cfg: TmaConfig, rows: int, cols: int, sms: int) -> float:
     return tiles / (cdiv(tiles, sms) * sms)
 
 
+def pick_alternative(options: tuple, rows: int, cols: int | None, sms: int | None):
+    """The first of a row's alternative tiles whose output fills WAVE_FILL of the last wave, else the fullest
+    (the first alone without cols and sms)."""
+    if cols is None or sms is None or len(options) == 1:
+        return options[0]
+    fits = [c for c in options if wave_fill(c, rows, cols, sms) >= WAVE_FILL]
+    return fits[0] if fits else max(options, key=lambda c: wave_fill(c, rows, cols, sms))
+
+
 def tma_config(
     role: str, arch: str, rows: int, element_size: int = 2, cols: int | None = None, sms: int | None = None
 ) -> TmaConfig | None:
@@ -230,13 +238,11 @@ def tma_config(
     for bound, cfg in TMA_ROLES[role].get(arch, ()):
         if bound is None or rows <= bound:
             options = alternatives(cfg)
-            if not options:
-                return None
-            pick = options[0]
-            if cols is not None and sms is not None and len(options) > 1:
-                fits = [c for c in options if wave_fill(c, rows, cols, sms) >= WAVE_FILL]
-                pick = fits[0] if fits else max(options, key=lambda c: wave_fill(c, rows, cols, sms))
-            return fit_element_size(pick, element_size)
+            return (
+                fit_element_size(pick_alternative(options, rows, cols, sms), element_size)
+                if options
+                else None
+            )
     return None
 
 

@@ -88,7 +88,11 @@ def linear_rows(
         return out if out is not None else x2.new_empty((M, N))
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
-    if cfg is None and pre is None and (dc := decode("linear", x2, M, N * K * w.element_size())) is not None:
+    if (
+        cfg is None
+        and pre is None
+        and (dc := decode("linear", x2, M, N, N * K * w.element_size())) is not None
+    ):
         out = x2.new_empty((M, N)) if out is None else out
         gemv_linear(x2, w, b, ACT_CODES[activation], out, dc)
         return out
@@ -209,7 +213,7 @@ def gate_up_rows(
     if (
         cfg is None
         and gu is None
-        and (dc := decode("gate_up", x2, M, 2 * N * x2.shape[1] * x2.element_size()))
+        and (dc := decode("gate_up", x2, M, N, 2 * N * x2.shape[1] * x2.element_size()))
     ):
         gemv_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc)
         return h

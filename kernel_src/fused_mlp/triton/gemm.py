@@ -209,13 +209,14 @@ def portable(role: str, x: torch.Tensor, rows: int) -> GemmConfig:
     return gemm_config(LINEAR if role == "linear" else GATE_UP, device_arch(x), rows, x.element_size())
 
 
-def decode(role: str, x: torch.Tensor, rows: int, weight_bytes: int) -> GemmConfig | None:
+def decode(role: str, x: torch.Tensor, rows: int, cols: int, weight_bytes: int) -> GemmConfig | None:
     """The decode kernels' config (decode.py) for a forward of `role` at `rows` rows reading `weight_bytes`
     of weights, or None (the table's other paths). Never for exact fp32 (TF32 off): the portable kernels and
     cuBLAS keep that precision's tiles."""
     if dot_flags(x)[1] == "ieee" and x.is_cuda:
         return None
-    return decode_config(role, device_arch(x), rows, weight_bytes, x.element_size())
+    sms = num_programs(x, 1 << 30)
+    return decode_config(role, device_arch(x), rows, weight_bytes, x.element_size(), cols, sms)
 
 
 def gemv_linear(
