@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from fused_mlp.triton import configs, forward, gemm
+from fused_mlp.triton.decode import GEMV_GATE_UP, GEMV_LINEAR
 from kernel_numerics import ACT64, as64, assert_close, randn
 
 INTERPRET_DTYPES = (torch.float32, torch.bfloat16)
@@ -27,11 +28,11 @@ def _check_tiles(dtype, device):
         w, wu = (randn(N, K, dtype=dtype, device=device, scale=K**-0.5) for _ in range(2))
         b = randn(N, dtype=dtype, device=device)
         out = torch.full((M, N), float("nan"), dtype=dtype, device=device)
-        gemm.gemv_linear(x, w, b, 4, out, cfg)
+        gemm.ptr_linear(x, w, b, 4, out, cfg, GEMV_LINEAR)
         x64, w64, wu64, b64 = as64(x, w, wu, b)
         assert_close(out, ACT64["silu"](x64 @ w64.T + b64), dtype, f"gemv linear {M}x{N}x{K} {cfg}")
         h = torch.full((M, N), float("nan"), dtype=dtype, device=device)
-        gemm.gemv_gate_up(x, w, wu, 3, h, cfg)
+        gemm.ptr_gate_up(x, w, wu, 3, h, cfg, GEMV_GATE_UP)
         want = ACT64["gelu_tanh"](x64 @ w64.T) * (x64 @ wu64.T)
         assert_close(h, want, dtype, f"gemv gate_up {M}x{N}x{K} {cfg}")
 
@@ -51,23 +52,24 @@ def _force_decode(monkeypatch, arch: str, rows: int = 64):
 
 def test_the_ops_take_the_decode_path_by_rows_and_weight_bytes(monkeypatch):
     launched = []
-    for name in ("gemv_linear", "gemv_gate_up"):
+    for name in ("ptr_linear", "ptr_gate_up"):
         real = getattr(forward, name)
-        monkeypatch.setattr(forward, name, lambda *a, _r=real, _n=name: (launched.append(_n), _r(*a))[1])
+        monkeypatch.setattr(forward, name, lambda *a, _r=real: (launched.append(getattr(a[-1], "name", "portable")), _r(*a))[1])
     x, (wg, wu) = randn(3, 100, dtype=torch.float32), (randn(40, 100, dtype=torch.float32) for _ in range(2))
     wd = randn(100, 40, dtype=torch.float32)
     forward.gated_rows(x, wg, wu, wd, "silu")
-    assert launched == []  # the interpreter's threshold keeps small weights on the portable kernels
+    assert launched == ["portable", "portable"]  # the interpreter's threshold keeps small weights there
+    launched.clear()
     _force_decode(monkeypatch, "interpreter")
     y = forward.gated_rows(x, wg, wu, wd, "silu")
-    assert launched == ["gemv_gate_up", "gemv_linear"]
+    assert launched == ["gemv_gate_up_kernel", "gemv_linear_kernel"]
     x64, wg64, wu64, wd64 = as64(x, wg, wu, wd)
     assert_close(
         y, (ACT64["silu"](x64 @ wg64.T) * (x64 @ wu64.T)) @ wd64.T, torch.float32, "decode gated_mlp"
     )
     launched.clear()
     forward.gated_rows(randn(65, 100, dtype=torch.float32), wg, wu, wd, "silu")  # past the row bound
-    assert launched == []
+    assert launched == ["portable", "portable"]
 
 
 def test_decode_rule_is_by_rows_and_bytes_not_by_shape():

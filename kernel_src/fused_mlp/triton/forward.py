@@ -14,13 +14,12 @@ from ..reference import apply_activation, check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
 from .configs import GemmConfig, TmaConfig, cdiv, cublas_linear, elementwise_config
+from .decode import GEMV_GATE_UP, GEMV_LINEAR
 from .gemm import (
     INTERPRET,
     decode,
     device_arch,
     gate_up_fits,
-    gemv_gate_up,
-    gemv_linear,
     pick,
     portable,
     ptr_gate_up,
@@ -94,7 +93,7 @@ def linear_rows(
         and (dc := decode("linear", x2, M, N, N * K * w.element_size())) is not None
     ):
         out = x2.new_empty((M, N)) if out is None else out
-        gemv_linear(x2, w, b, ACT_CODES[activation], out, dc)
+        ptr_linear(x2, w, b, ACT_CODES[activation], out, dc, GEMV_LINEAR)
         return out
     if cfg is None and pre is None and cublas_linear(device_arch(x2), M, activation):
         return vendor_linear(x2, w, b, activation, out)
@@ -215,7 +214,7 @@ def gate_up_rows(
         and gu is None
         and (dc := decode("gate_up", x2, M, N, 2 * N * x2.shape[1] * x2.element_size()))
     ):
-        gemv_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc)
+        ptr_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc, GEMV_GATE_UP)
         return h
     cfg = pick("gate_up", x2, M, N, cfg)
     if (

@@ -24,7 +24,6 @@ from .configs import (
     tma_config,
     uses_pdl,
 )
-from .decode import GEMV_GATE_UP, GEMV_LINEAR
 from .gated import GATE_UP as GATE_UP_KERNEL
 from .gated import gate_up_consts as ptr_gate_up_consts
 from .hopper import TMA_GATE_UP, TMA_GEMM, gemm_consts
@@ -32,6 +31,7 @@ from .hopper import gate_up_consts as tma_gate_up_consts
 from .launch import launch
 from .linear import LINEAR as LINEAR_KERNEL
 from .linear import linear_consts
+from .specs import KernelDef
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # CPU tensors run on the interpreter
 # The interpreter runs persistent kernels on this many programs, so CPU tests walk several tiles each.
@@ -146,18 +146,21 @@ def _prefetch(x: torch.Tensor, pdl: bool) -> bool:
 
 
 def ptr_linear(
-    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: int, out: torch.Tensor, cfg: GemmConfig
-) -> None:
-    """One portable `linear_kernel` launch: out = act(x @ w^T + b)."""
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: int, out: torch.Tensor, cfg: GemmConfig,
+    kernel: KernelDef = LINEAR_KERNEL,
+) -> None:  # fmt: skip
+    """One portable `linear_kernel` launch: out = act(x @ w^T + b); `kernel` GEMV_LINEAR: the decode kernel
+    (same arguments and grid; it never prefetches)."""
     M, K = x.shape
     N = w.shape[0]
     upcast, precision = dot_flags(x)
     pdl = uses_pdl(device_arch(x), M)
     args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w.stride(0), out.stride(0))
     consts = linear_consts(cfg, has_bias=b is not None, act=act, even_k=K % cfg.BK == 0, pdl=pdl,
-                           prefetch=_prefetch(x, pdl), upcast=upcast, precision=precision)  # fmt: skip
+                           prefetch=_prefetch(x, pdl) and kernel is LINEAR_KERNEL, upcast=upcast,
+                           precision=precision)  # fmt: skip
     grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
-    launch(LINEAR_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
+    launch(kernel, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
 
 def vendor_linear(
@@ -176,18 +179,20 @@ def vendor_linear(
 
 
 def ptr_gate_up(
-    x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, act: int, h: torch.Tensor, cfg: GemmConfig
-) -> None:
-    """One portable `gate_up_kernel` launch: h = act(x wg^T) * (x wu^T)."""
+    x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, act: int, h: torch.Tensor, cfg: GemmConfig,
+    kernel: KernelDef = GATE_UP_KERNEL,
+) -> None:  # fmt: skip
+    """One portable `gate_up_kernel` launch: h = act(x wg^T) * (x wu^T); `kernel` GEMV_GATE_UP: the decode
+    kernel (same arguments and grid; it never prefetches)."""
     M, K = x.shape
     N = wg.shape[0]
     upcast, precision = dot_flags(x)
     pdl = uses_pdl(device_arch(x), M)
     args = (x, wg, wu, h, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0))
-    consts = ptr_gate_up_consts(cfg, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=_prefetch(x, pdl),
+    consts = ptr_gate_up_consts(cfg, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=_prefetch(x, pdl) and kernel is GATE_UP_KERNEL,
                                 upcast=upcast, precision=precision)  # fmt: skip
     grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
-    launch(GATE_UP_KERNEL, grid, args, consts, cfg.num_warps, cfg.num_stages)
+    launch(kernel, grid, args, consts, cfg.num_warps, cfg.num_stages)
 
 
 def hopper_config(role: str, x: torch.Tensor, rows: int, cols: int) -> TmaConfig | None:
@@ -217,31 +222,3 @@ def decode(role: str, x: torch.Tensor, rows: int, cols: int, weight_bytes: int) 
         return None
     sms = num_programs(x, 1 << 30)
     return decode_config(role, device_arch(x), rows, weight_bytes, x.element_size(), cols, sms)
-
-
-def gemv_linear(
-    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: int, out: torch.Tensor, cfg: GemmConfig
-) -> None:
-    """One `gemv_linear_kernel` launch: out = act(x @ w^T + b), the portable family's arguments."""
-    M, K = x.shape
-    N = w.shape[0]
-    upcast, precision = dot_flags(x)
-    pdl = uses_pdl(device_arch(x), M)
-    args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w.stride(0), out.stride(0))
-    consts = linear_consts(cfg, has_bias=b is not None, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=False,
-                           upcast=upcast, precision=precision)  # fmt: skip
-    launch(GEMV_LINEAR, (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),), args, consts, cfg.num_warps, cfg.num_stages)
-
-
-def gemv_gate_up(
-    x: torch.Tensor, wg: torch.Tensor, wu: torch.Tensor, act: int, h: torch.Tensor, cfg: GemmConfig
-) -> None:
-    """One `gemv_gate_up_kernel` launch: h = act(x wg^T) * (x wu^T), the portable family's arguments."""
-    M, K = x.shape
-    N = wg.shape[0]
-    upcast, precision = dot_flags(x)
-    pdl = uses_pdl(device_arch(x), M)
-    args = (x, wg, wu, h, M, N, K, x.stride(0), wg.stride(0), wu.stride(0), h.stride(0))
-    consts = ptr_gate_up_consts(cfg, act=act, even_k=K % cfg.BK == 0, pdl=pdl, prefetch=False, upcast=upcast,
-                                precision=precision)  # fmt: skip
-    launch(GEMV_GATE_UP, (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),), args, consts, cfg.num_warps, cfg.num_stages)
