@@ -54,7 +54,11 @@ def test_the_ops_take_the_decode_path_by_rows_and_weight_bytes(monkeypatch):
     launched = []
     for name in ("ptr_linear", "ptr_gate_up"):
         real = getattr(forward, name)
-        monkeypatch.setattr(forward, name, lambda *a, _r=real: (launched.append(getattr(a[-1], "name", "portable")), _r(*a))[1])
+        monkeypatch.setattr(
+            forward,
+            name,
+            lambda *a, _r=real: (launched.append(getattr(a[-1], "name", "portable")), _r(*a))[1],
+        )
     x, (wg, wu) = randn(3, 100, dtype=torch.float32), (randn(40, 100, dtype=torch.float32) for _ in range(2))
     wd = randn(100, 40, dtype=torch.float32)
     forward.gated_rows(x, wg, wu, wd, "silu")
