@@ -307,20 +307,23 @@ def test_inference_every_implementation(dtype, step, impl):
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_decode_kernels_serve_few_rows_on_weights_past_the_threshold(dtype):
     """By the table's rule (no forcing): few rows against 16 MiB+ of weights launch the gemv cubins, right
-    against float64 at M = 1, 5, 64; 65 rows do not take them."""
+    against float64 at 1, 5 and the last decode row count; one row more does not take them."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("decode rows ship for sm_90a only")
+    from fused_mlp.triton.configs import DECODE_GATE_UP
+
+    last = max(bound for bound, _ in DECODE_GATE_UP["sm_90a"])
     hidden, inter = 2048, 4096  # gate|up 32 MiB, down 16 MiB in 16 bits
     wg, wu = (randn(inter, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5) for _ in range(2))
     wd = randn(hidden, inter, dtype=dtype, device=DEV, scale=inter**-0.5)
     with torch.no_grad():
-        for rows in (1, 5, 64, 65):
+        for rows in (1, 5, last, last + 1):
             x = randn(rows, hidden, dtype=dtype, device=DEV)
             out = torch.full((rows, hidden), float("nan"), dtype=dtype, device=DEV)
             got = launched(
                 lambda x=x, out=out: out.copy_(ops.gated_mlp(x, wg, wu, wd, "silu")), "gemv_gate_up"
             )
-            assert got == (rows <= 64), f"M={rows}: gemv_gate_up launched {got}"
+            assert got == (rows <= last), f"M={rows}: gemv_gate_up launched {got}"
             assert_close(out, ref.gated_mlp(*as64(x, wg, wu, wd), "silu"), dtype, f"decode gated M={rows}")
 
 
