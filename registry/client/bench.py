@@ -5,7 +5,7 @@ Each accepted variant is loaded as `get_kernel` would load it (trust, signature,
 no speed check: every one is timed, the slow ones too), eager = the package's own `reference`, and the
 compiled fallback = `torch.compile` of it. All implementations of a workload run interleaved on the same
 fresh inputs (`speed.time_calls`): on a GPU CUDA events around batches of calls in a stream, on a CPU
-process CPU time on one thread. The record goes to the repo's `compat` branch (registry/matrix/store.py)
+the wall clock on one thread. The record goes to the repo's `compat` branch (registry/matrix/store.py)
 where `get_kernel` orders variants by it and the hub page charts it.
 """
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 METHOD = {
     "cuda": "median µs per call of {rounds} batches of {batch} calls in a stream (CUDA events, launch cost "
     "included), implementations interleaved on the same fresh random inputs, {dtype}",
-    "cpu": "median process CPU µs per call of {rounds} batches of {batch} calls on one thread, implementations "
+    "cpu": "median wall µs per call of {rounds} batches of {batch} calls on one thread, implementations "
     "interleaved on the same fresh random inputs, {dtype}",
 }
 

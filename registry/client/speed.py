@@ -5,8 +5,9 @@ usually as fast or faster, but compiling it costs seconds per shape, more than t
 Each shape of `workloads.speed_workloads(device)` runs both, interleaved, in batches of calls: on a GPU
 timed by CUDA events around a stream of calls (what a host loop gets: launch cost included), on a CPU by
 the wall clock on one thread (see `timing_threads`): what a user waits for, so an op that sleeps, waits
-on I/O or on another process is timed too (process CPU time did not see those). A kernel whose median paired time ratio exceeds 1 + `MARGIN[device]` on any shape is
-slower than its fallback and not served. Results — passes and failures alike, since a speed verdict
+on I/O or on another process is timed too (process CPU time did not see those). A kernel whose time ratio
+(`speed_case`: GPU the median of paired ratios, CPU the fastest batches', a failing CPU shape timed twice)
+exceeds 1 + `MARGIN[device]` on any shape is slower than its fallback and not served. Results — passes and failures alike, since a speed verdict
 does not flip between runs the way a flaky failure might — are cached per (commit, variant, device,
 torch) next to the check's, so a warm load does not time again.
 """
