@@ -16,8 +16,10 @@ import json
 import logging
 import statistics
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+
+import torch
 
 from registry.errors import KernelLoadError
 
@@ -26,6 +28,7 @@ from .fallback import build_fallback
 from .fetch import keep_speed_record
 from .importer import load_variant, reference_of
 from .plan import Refused, plan_load
+from .shape_speed import as_shape, shape_forward, shape_inputs
 from .speed import BASELINE, ROUNDS_BATCH, speed_dtype, time_calls, timing_threads
 from .speed_records import FALLBACK_COMPILE, SpeedRecord, Timing, speed_record_path
 from .workloads import api_forward, as_call, bench_workloads, make_inputs
@@ -38,6 +41,18 @@ METHOD = {
     "cpu": "median wall µs per call of {rounds} batches of {batch} calls on one thread, implementations "
     "interleaved on the same fresh random inputs, {dtype}",
 }
+
+
+# Row counts of a preset's workloads: decode, a small batch, a prefill chunk (GPU); a CPU times the first two.
+PRESET_ROWS = {"cuda": (1, 16, 512), "cpu": (1, 16)}
+
+
+def _no_grad(forward: Callable[[], object]) -> Callable[[], object]:
+    def call():
+        with torch.no_grad():
+            return forward()
+
+    return call
 
 
 def _now() -> str:
@@ -56,8 +71,12 @@ def bench_version(
     trust_remote_code: bool | list[str] = False,
     publisher_keys: list[str] | None = None,
     progress: Callable[[SpeedRecord], None] | None = None,
+    presets: Sequence[str] = (),
 ) -> SpeedRecord:
-    """Time every accepted variant of `repo_id` v`version` here; `progress` gets the record after each workload."""
+    """Time every accepted variant of `repo_id` v`version` here; `progress` gets the record after each workload.
+    `presets` (names of registry.spec.presets) add those models' MLP shapes at `PRESET_ROWS[device]` rows,
+    forward, as workloads named `<preset> M=<rows>`."""
+    shapes = [as_shape(name) for name in presets]  # a typo fails before anything is loaded
     load = plan_load(
         repo_id,
         version,
@@ -129,6 +148,31 @@ def bench_version(
             )
             if progress is not None:
                 progress(record)
+        for shape, name in zip(shapes, presets):
+            for rows in PRESET_ROWS[device]:
+                label = f"{name} M={rows}"
+                shape = replace(shape, dtype=str(dtype).removeprefix("torch."))
+                a = shape_inputs(shape, rows, device)
+                calls, errors = {}, {}
+                for impl, module in impls.items():
+                    try:
+                        call = _no_grad(lambda a=a, m=module, s=shape: shape_forward(s, a, m))
+                        call()
+                    except Exception as e:  # noqa: BLE001 - as above
+                        errors[impl] = f"{type(e).__name__}: {e}".splitlines()[0]
+                        continue
+                    calls[impl] = call
+                samples = time_calls(calls, device, rounds=rounds, batch=batch)
+                timings += [Timing(label, n, round(statistics.median(v), 2)) for n, v in samples.items()]
+                timings += [Timing(label, n, None, e) for n, e in errors.items()]
+                record = replace(record, timings=tuple(timings))
+                log.info(
+                    "bench: %s: %s",
+                    label,
+                    ", ".join(f"{n} {statistics.median(v):.1f} µs" for n, v in samples.items()),
+                )
+                if progress is not None:
+                    progress(record)
     # This machine's own loads order by it from now on, without waiting for the commit to be fetched anew.
     keep_speed_record(
         load.hub,

@@ -108,7 +108,8 @@ class ShapeVerdict:
                 "cases": [asdict(c) for c in self.cases], "device": self.device}  # fmt: skip
 
 
-def _inputs(shape: Shape, rows: int, device: str) -> dict:
+def shape_inputs(shape: Shape, rows: int, device: str) -> dict:
+    """Fresh random inputs of `shape` at `rows` rows (never zeros; weights scaled by fan-in^-0.5)."""
     dtype = getattr(torch, shape.dtype)
 
     def rnd(*size, scale=1.0):
@@ -124,7 +125,8 @@ def _inputs(shape: Shape, rows: int, device: str) -> dict:
     return {"x": rnd(rows, d[0]), "ws": ws, "bs": bs}
 
 
-def _forward(shape: Shape, a: dict, m) -> torch.Tensor:
+def shape_forward(shape: Shape, a: dict, m) -> torch.Tensor:
+    """`shape`'s op on inputs `a` through `m` (a module with the package API)."""
     if shape.op == "gated_mlp":
         return m.gated_mlp(a["x"], a["wg"], a["wu"], a["wd"], shape.activation)
     if shape.op == "linear":
@@ -139,10 +141,10 @@ def time_shape(kernel, reference, shape: Shape, device: str) -> ShapeVerdict:
     cases = []
     with timing_threads(device), torch.no_grad():
         for rows in ROWS[device]:
-            a = _inputs(shape, rows, device)
+            a = shape_inputs(shape, rows, device)
             calls = {
-                "kernel": lambda a=a: _forward(shape, a, kernel),
-                "fallback": lambda a=a: _forward(shape, a, reference),
+                "kernel": lambda a=a: shape_forward(shape, a, kernel),
+                "fallback": lambda a=a: shape_forward(shape, a, reference),
             }
             problem = result_problem(calls["kernel"](), calls["fallback"](), getattr(torch, shape.dtype))
             if problem is not None:

@@ -5,7 +5,8 @@ fallback and eager PyTorch (the package's reference) on the kernel's standard wo
 (`registry/client/workloads.py`), prints a table and commits the record to the repo's `compat` branch
 (`speed/<commit>/<fingerprint>.json`; needs a write token), where `get_kernel` orders variants by it,
 `kernel-hub matrix` shows the expected speed-up per cell and the hub page charts it. Meant for a GPU;
-`--backend cpu` times the CPU builds on small shapes (CI).
+`--backend cpu` times the CPU builds on small shapes (CI). `--preset llama-3-8b` (repeatable) adds that model's
+MLP shapes at 1 / 16 / 512 rows (CPU: 1 / 16) as workloads `<preset> M=<rows>`: recorded and charted like the rest.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def register(subparsers) -> None:
         help="leave out the torch.compile fallback (compiling takes seconds)",
     )
     p.add_argument("--rounds", type=int, help="timed batches per implementation and workload")
+    p.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also time this model's MLP shapes (registry/spec/presets.py, e.g. llama-3-8b; repeatable)",
+    )
     output_arg(p, "also write the record here, after every workload")
     p.add_argument("--no-record", action="store_true", help="do not commit the record to the hub")
     p.add_argument("--trust-remote-code", action="store_true", help="time a repo whose org is not trusted")
@@ -84,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         token=args.token,
         trust_remote_code=args.trust_remote_code,
         progress=lambda r: _write(args.output, r),
+        presets=args.preset,
     )
     _write(args.output, record)
     sys.stdout.write(table(record))

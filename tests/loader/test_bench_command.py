@@ -33,7 +33,19 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
         "TRITON_INTERPRET": "0",  # the CPU builds' ops are then the eager reference (no interpreter)
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "kernel_src")]),
     }
-    args = ["bench", repo, "--version", "1", "--backend", "cpu", "--no-compile", "--rounds", "3"]
+    args = [
+        "bench",
+        repo,
+        "--version",
+        "1",
+        "--backend",
+        "cpu",
+        "--no-compile",
+        "--rounds",
+        "3",
+        "--preset",
+        "gpt2",
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "registry.cli", *args, "--out", str(out), "--token", publisher.token],
         env=env,
@@ -54,6 +66,8 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
         ("eager", True),
     }
 
+    assert {"gpt2 M=1", "gpt2 M=16"} <= {t["workload"] for t in record["timings"]}  # the preset's rows
+
     assert main(["matrix", repo, "--version", "1", "--format", "json"]) in (
         0,
         1,
@@ -63,6 +77,7 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
 
     page = urllib.request.urlopen(f"{hub.url}/kernels/{repo}").read().decode()
     assert '<section class="kh-speed">' in page and "mlp 3xLinear(512)+ReLU M=128" in page
+    assert "gpt2 M=16" in page
 
     info = run_python(LOAD.format(repo=repo), hub_env)
     assert info["order"]["by"] == "recorded speed-up over eager on this GPU arch"
