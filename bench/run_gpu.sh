@@ -7,7 +7,7 @@
 #   bench/run_gpu.sh DIST [WHEELS_DIR]
 #
 # Stages (STAGES, in order; default "tests check host ops model loader"): tests (tests/cuda on the built variant,
-# tests/kernels on Triton), check (bench/check_paths.py: a failing path is switched off for later stages),
+# tests/kernels on Triton), check (tests/cuda/check_paths.py: a failing path is switched off for later stages),
 # host (host_cost.py), paths (bench_paths.py, the path table's numbers; PATHS_STEPS=chain,... for some steps),
 # ops (bench_ops.py over OPS_PRESETS at OPS_ROWS, fwd+bwd at OPS_TRAIN_ROWS, OPS_DTYPES; OPS_MAX_AUTOTUNE: case
 # prefixes also compiled with max-autotune), model (bench_model.py, MODEL_ROWS), loader (bench_loader.py: get_kernel
@@ -109,7 +109,7 @@ stage_tests() {  # the two suites check numbers, not speed: they share the GPU a
 }
 stage_check() {
   local line
-  line=$(timeout "$T_CHECK" python3 bench/check_paths.py --variant-dir "$CUDA_DIR" | tee /dev/stderr | tail -1)
+  line=$(timeout "$T_CHECK" python3 tests/cuda/check_paths.py --variant-dir "$CUDA_DIR" | tee /dev/stderr | tail -1)
   case "$line" in
     FUSED_MLP_CUDA_DISABLE=?*) export "${line?}"; log "switched off for the later stages: $line" ;;
     FUSED_MLP_CUDA_DISABLE=) ;;

@@ -70,7 +70,7 @@ def gated_forward(x, wg, wu, wd, activation):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_oracle_activations_are_the_reference_ones(activation):
-    """kernel_numerics keeps its own copy (bench/check_paths.py loads it without fused_mlp): it must not drift."""
+    """kernel_numerics keeps its own copy (tests/cuda/check_paths.py loads it without fused_mlp): it must not drift."""
     from fused_mlp.reference import apply_activation
 
     z = torch.linspace(-8, 8, 1001, dtype=torch.float64)

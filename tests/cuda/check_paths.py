@@ -6,7 +6,7 @@ float64. The last line printed is `FUSED_MLP_CUDA_DISABLE=<impls>` naming every 
 when all passed); bench/run_gpu.sh exports it, so later stages run those steps' fallbacks
 (kernel_src/fused_mlp/cuda/paths.py) and the tables still fill. Takes a few seconds per group.
 
-    python bench/check_paths.py --variant-dir DIST/build/torch-stable-abi211-cu130-x86_64-linux
+    python tests/cuda/check_paths.py --variant-dir DIST/build/torch-stable-abi211-cu130-x86_64-linux
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def rel(out, want) -> float:
 @functools.cache
 def numerics():
     """tests/kernels/kernel_numerics.py: the tests' float64 oracles and tolerances (a folder, not a package)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kernels"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
     import kernel_numerics
 
     return kernel_numerics
@@ -242,7 +242,7 @@ def check_persistent_backward(kernel, rows_list=BACKWARD_ROWS) -> list[str]:
 
 
 def child(group: str, variant_dir: Path, backward_rows) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import harness
 
     kernel = harness.import_variant_dir(variant_dir, "check")
