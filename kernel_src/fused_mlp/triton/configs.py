@@ -125,7 +125,7 @@ MIN_CC = (8, 0)
 # bytes, the forward GEMMs are a weight read and these GEMV-style tiles stream it; smaller weights stay with
 # the tables above (and cuBLAS), which were measured on them. Archs without rows here never take the path.
 # The rule is by rows and weight bytes, not by shape, so widths no sweep has seen take it too.
-# sm_90a: H100, bf16, bench/decode_sweep.py over five gated widths (hidden 1024-4096, intermediate 4096-18944)
+# sm_90a: H100, bf16, bench/bench_paths.py --decode over five gated widths (hidden 1024-4096, intermediate 4096-18944)
 # at 1-64 rows, weights rotated past L2; the rows and the 16 MiB threshold are explained with the numbers in
 # bench/BENCHMARKS.md "Decode". Below 16 rows the tensor-core tile (BM=16) beat multiply-and-reduce everywhere.
 DECODE_LINEAR: dict[str, Table] = {
