@@ -250,7 +250,7 @@ def test_client_disconnects_are_logged_as_such(hub, setup):
 
 def test_small_requests_go_on_while_one_client_sends_heavy_input(hub):
     """While one client posts the heaviest accepted inputs over and over, small requests still get
-    answered, each long before the heavy ones are done (timings proper: bench/bench_stall.py)."""
+    answered, each long before the heavy ones are done (timings proper: bench/bench_latency.py stall)."""
     front = "".join(f"k{i}: {{a: [1, 2, {i}], b: text}}\n" for i in range(7000))[: 250 * 1024]
     heavy = json.dumps({"content": f"---\n{front}\n---\n"}).encode()
     stop = threading.Event()
