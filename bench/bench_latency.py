@@ -50,27 +50,16 @@ GOAL_MS = 100.0
 def attacks(url: str, token: str) -> list[tuple[str, callable]]:
     """(name, one attempt) for each worst input; each returns once the hub answered or closed."""
     host, port = url.removeprefix("http://").split(":")
-    auth = {"authorization": f"Bearer {token}"}
     front = "".join(f"k{i}: {{a: [1, 2, {i}], b: text}}\n" for i in range(8000))[: 250 * 1024]
     big_yaml = json.dumps({"content": "---\n" + "a: b\n" * (1_500_000) + "---\n"}).encode()[:7_500_000]
-    commit_line = {
-        "key": "file",
-        "value": {"path": "big.bin", "content": base64.b64encode(os.urandom(36 << 20)).decode()},
-    }
-    commit = (
-        json.dumps({"key": "header", "value": {"summary": "big"}}) + "\n" + json.dumps(commit_line) + "\n"
-    ).encode()
+    blob = {"path": "big.bin", "content": base64.b64encode(os.urandom(36 << 20)).decode()}
+    header = json.dumps({"key": "header", "value": {"summary": "big"}})
+    commit = f"{header}\n{json.dumps({'key': 'file', 'value': blob})}\n".encode()
+    ndjson = {"authorization": f"Bearer {token}", "content-type": "application/x-ndjson"}
 
     def post(path: str, body: bytes, headers: dict | None = None):
-        def run():
-            httpx2.post(
-                url + path,
-                content=body,
-                headers={"content-type": "application/json", **(headers or {})},
-                timeout=120,
-            )
-
-        return run
+        headers = {"content-type": "application/json", **(headers or {})}
+        return lambda: httpx2.post(url + path, content=body, headers=headers, timeout=120)
 
     def half_head():
         with socket.create_connection((host, int(port)), timeout=60) as s:
@@ -87,29 +76,17 @@ def attacks(url: str, token: str) -> list[tuple[str, callable]]:
             except OSError:
                 pass  # cut by the hub: what should happen
 
+    many_paths = json.dumps({"paths": [f"d/{i}.bin" for i in range(10_000)]}).encode()
     return [
         ("validate-yaml 7.5 MiB", post("/api/validate-yaml", big_yaml)),
-        (
-            "validate-yaml 250 KiB front matter",
-            post("/api/validate-yaml", json.dumps({"content": f"---\n{front}\n---\n"}).encode()),
-        ),
-        (
-            "paths-info 10,000 paths",
-            post(
-                f"/api/kernels/{REPO}/paths-info/main",
-                json.dumps({"paths": [f"d/{i}.bin" for i in range(10_000)]}).encode(),
-            ),
-        ),
+        ("validate-yaml 250 KiB front matter",
+         post("/api/validate-yaml", json.dumps({"content": f"---\n{front}\n---\n"}).encode())),
+        ("paths-info 10,000 paths", post(f"/api/kernels/{REPO}/paths-info/main", many_paths)),
         ("nested JSON 8 MiB", post("/api/validate-yaml", b"[" * ((8 << 20) - 16))),
-        (
-            "inline commit 48 MiB",
-            post(
-                f"/api/kernels/{REPO}/commit/main", commit, {**auth, "content-type": "application/x-ndjson"}
-            ),
-        ),
+        ("inline commit 48 MiB", post(f"/api/kernels/{REPO}/commit/main", commit, ndjson)),
         ("half-sent head", half_head),
         ("endless chunked body", endless_chunks),
-    ]
+    ]  # fmt: skip
 
 
 def small_requests(url: str, duration: float) -> list[float]:

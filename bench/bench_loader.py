@@ -89,18 +89,8 @@ def child(repo: str, kwargs: dict, cache: Path, timeout: float, profile: bool = 
 def bench(repo: str, out: Path, cache: Path, timeout: float) -> dict:
     env = {**os.environ, "KERNELS_CACHE": str(cache)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "registry.cli",
-        "bench",
-        repo,
-        "--version",
-        "1",
-        "--no-compile",
-        "--out",
-        str(out),
-    ]
+    cmd = [sys.executable, "-m", "registry.cli", "bench", repo, "--version", "1", "--no-compile", "--out"]
+    cmd.append(str(out))
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -120,20 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, default=None, help="append results here ($BENCH_CSV)")
     parser.add_argument("--bench-timeout", type=float, default=50)
     args = parser.parse_args(argv)
-    report: dict = {
-        "environment": harness.environment(),
-        "repo": args.repo,
-        "endpoint": os.environ.get("HF_ENDPOINT"),
-    }
+    report: dict = {"environment": harness.environment(), "repo": args.repo}
+    report["endpoint"] = os.environ.get("HF_ENDPOINT")
     work = Path(tempfile.mkdtemp(prefix="bench-loader-"))
 
     def step(name: str, result: dict) -> dict:
         report[name] = result
         args.out.write_text(json.dumps(report, indent=2))
-        brief = {
-            k: result.get(k)
-            for k in ("get_kernel_s", "cuda_started", "requests", "variant", "source", "error", "wall_s")
-        }
+        shown = ("get_kernel_s", "cuda_started", "requests", "variant", "source", "error", "wall_s")
+        brief = {k: result.get(k) for k in shown}
         print(f"[loader] {name}: {json.dumps(brief)}", flush=True)
         return result
 
@@ -145,11 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     step("warm_profile", child(args.repo, {"version": 1}, work / "cache", 15, profile=True))
     step("bench", bench(args.repo, work / "speed.json", work / "bench-cache", args.bench_timeout))
     step("cold_after_bench", child(args.repo, {"version": 1}, work / "cache-2", 30))
-    rows = [
-        {"case": name, "impl": r.get("variant", ""), **r}
-        for name, r in report.items()
-        if name != "environment" and isinstance(r, dict)
-    ]
+    steps = {name: r for name, r in report.items() if name != "environment" and isinstance(r, dict)}
+    rows = [{"case": name, "impl": r.get("variant", ""), **r} for name, r in steps.items()]
     harness.append_csv("loader", rows, ("case",), ("get_kernel_s", "requests", "wall_s"), args.csv)
     return 0
 

@@ -33,32 +33,8 @@ import harness
 from registry.spec import presets
 from registry.spec.presets import Preset
 
-NEW_SIZES = (
-    3,
-    5,
-    9,
-    17,
-    24,
-    33,
-    48,
-    65,
-    80,
-    100,
-    127,
-    150,
-    200,
-    255,
-    300,
-    384,
-    450,
-    511,
-    600,
-    700,
-    777,
-    850,
-    960,
-    1000,
-)
+NEW_SIZES = (3, 5, 9, 17, 24, 33, 48, 65, 80, 100, 127, 150,
+             200, 255, 300, 384, 450, 511, 600, 700, 777, 850, 960, 1000)  # fmt: skip
 WARM_SIZE = 512
 
 
@@ -142,11 +118,8 @@ def bench_fixed(stack: Stack, fns: dict, rows: tuple[int, ...], train: bool, dty
     for m in rows:
         x, ref = torch.randn(m, stack.dim, device="cuda", dtype=dtype), []
         for name, fn in fns.items():
-            _record(
-                out,
-                _row(stack, train, name, rows=m),
-                lambda row, fn=fn, x=x, ref=ref: measure(row, fn, x, ref),
-            )
+            timed = lambda row, fn=fn, x=x, ref=ref: measure(row, fn, x, ref)
+            _record(out, _row(stack, train, name, rows=m), timed)
     return out
 
 
@@ -205,10 +178,8 @@ def run(kernels: dict, layers: int, rows: tuple[int, ...], models: list[str], mo
 def table(results: list[dict]) -> str:
     fixed = [r for r in results if "rows" in r and "error" not in r]
     impls = list(dict.fromkeys(r["impl"] for r in fixed))
-    lines = [
-        "| model | mode | M | " + " | ".join(f"{i} wall / graph" for i in impls) + " |",
-        "|---" * (len(impls) + 3) + "|",
-    ]
+    head = "| model | mode | M | " + " | ".join(f"{i} wall / graph" for i in impls) + " |"
+    lines = [head, "|---" * (len(impls) + 3) + "|"]
     for key in dict.fromkeys((r["model"], r["mode"], r["rows"]) for r in fixed):
         by = {r["impl"]: r for r in fixed if (r["model"], r["mode"], r["rows"]) == key}
         cells = [f"{by[i]['wall_us']:.0f} / {by[i]['graph_us']:.0f}" if i in by else "–" for i in impls]

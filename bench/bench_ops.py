@@ -34,11 +34,8 @@ def cublas_gemms(case: Case, dtype) -> Callable[[], object]:
     """The block's GEMMs alone, by cuBLAS (`torch.mm`, gate|up as one [M, 2I] GEMM) on fresh operands;
     forward + backward adds each layer's dgrad and wgrad GEMM."""
     p, m = case.preset, case.rows
-    dims = (
-        [(2 * p.intermediate, p.hidden), (p.hidden, p.intermediate)]
-        if p.op == "gated_mlp"
-        else p.weight_shapes
-    )
+    gated = [(2 * p.intermediate, p.hidden), (p.hidden, p.intermediate)]
+    dims = gated if p.op == "gated_mlp" else p.weight_shapes
 
     def rnd(*shape):
         return torch.randn(*shape, device="cuda", dtype=dtype)
@@ -132,10 +129,8 @@ def table(rows: list[dict]) -> str:
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     ours = [i for i in impls if i.startswith("ours:")]
     extra = [f"{i}: % of cuBLAS GEMMs / % of floor" for i in ours] + ["best anchor (GPU)"]
-    out = [
-        "| case | " + " | ".join(impls + ["floor"] + extra) + " |",
-        "|---" * (len(impls) + len(extra) + 2) + "|",
-    ]
+    out = ["| case | " + " | ".join(impls + ["floor"] + extra) + " |"]
+    out.append("|---" * (len(impls) + len(extra) + 2) + "|")
     for case in dict.fromkeys(r["case"] for r in rows):
         mine = [r for r in rows if r["case"] == case]
         by = {r["impl"]: r for r in mine if "error" not in r}
@@ -144,19 +139,14 @@ def table(rows: list[dict]) -> str:
             r = by.get(i)
             failed = any(x["impl"] == i for x in mine)
             gpu = r and r.get("gpu_us")
-            cells.append(
-                f"{r['wall_us']:.1f} / {gpu and f'{gpu:.1f}' or '–'}" if r else "error" if failed else "–"
-            )
+            cells.append(f"{r['wall_us']:.1f} / {gpu and f'{gpu:.1f}' or '–'}" if r else "error" if failed else "–")  # fmt: skip
         floor = mine[0]["floor_us"]
         cells.append(f"{floor:.1f}")
         ref = (by.get("cublas_gemms_only") or {}).get("gpu_us")
         for i in ours:
             gpu = (by.get(i) or {}).get("gpu_us")
-            cells.append(
-                f"{f'{100 * ref / gpu:.0f}%' if ref and gpu else '–'} / {100 * floor / gpu:.0f}%"
-                if gpu
-                else "–"
-            )
+            of_ref = f"{100 * ref / gpu:.0f}%" if ref and gpu else "–"
+            cells.append(f"{of_ref} / {100 * floor / gpu:.0f}%" if gpu else "–")
         anchors = {
             i: r["gpu_us"] for i, r in by.items() if i in harness.ANCHORS and r.get("gpu_us") is not None
         }

@@ -59,12 +59,11 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
     def r(*shape, scale=1.0):
         return torch.randn(*shape, device="cuda", dtype=dt) * scale
 
+    def mlp3():  # x, weights and biases of mlp 3x1024
+        return r(m, 1024), [r(1024, 1024, scale=1024**-0.5) for _ in range(3)], [r(1024) for _ in range(3)]
+
     if step == "linear":
-        x, ws, bs = (
-            r(m, 1024),
-            [r(1024, 1024, scale=1024**-0.5) for _ in range(3)],
-            [r(1024) for _ in range(3)],
-        )
+        x, ws, bs = mlp3()
         h, wd = r(m, 3072), r(768, 3072, scale=3072**-0.5)
         return {"mlp 3x1024 relu": lambda: kernel.mlp(x, ws, bs, "relu"),
                 "linear 3072->768": lambda: kernel.linear(h, wd, None, "none")}  # fmt: skip
@@ -78,11 +77,7 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
         mlp = problems("linear", m, kernel, dt)["mlp 3x1024 relu"]
         return {"mlp 3x1024 relu": mlp, **problems("gate_up", m, kernel, dt)}
     if step == "chain_backward":  # forward + backward (grad mode on inside the sweep's no_grad); returns dx
-        x, ws, bs = (
-            r(m, 1024),
-            [r(1024, 1024, scale=1024**-0.5) for _ in range(3)],
-            [r(1024) for _ in range(3)],
-        )
+        x, ws, bs = mlp3()
         h, w1, b1 = r(m, 768), r(3072, 768, scale=768**-0.5), r(3072)
         params = [t.requires_grad_() for t in (x, *ws, *bs, h, w1, b1)]
         up, up1 = r(m, 1024), r(m, 3072)
@@ -104,9 +99,7 @@ def problems(step: str, m: int, kernel, dt: torch.dtype) -> dict:
     return {"act_and_mul [M,3072]": lambda: kernel.act_and_mul(g, u, "gelu_tanh")}
 
 
-def sweep(
-    kernel, dt: torch.dtype, written: Callable[[list[dict]], None] = lambda rows: None, steps=tuple(IMPLS)
-) -> list[dict]:
+def sweep(kernel, dt: torch.dtype, written: Callable = lambda rows: None, steps=tuple(IMPLS)) -> list[dict]:
     """Every implementation of each of `steps` at every M; `written(rows)` after each step (the JSON so far)."""
     ns = getattr(torch.ops, kernel.OPS_NAMESPACE)
     rows = []
@@ -118,22 +111,17 @@ def sweep(
                     expected = None
                     for impl in impls:
                         ns.cuda_set_path(step, impl)
+                        row = {"step": step, "impl": impl, "rows": m, "problem": name}
                         try:
                             out = call()
                             expected = out if expected is None else expected
-                            row = {"step": step, "impl": impl, "rows": m, "problem": name,
-                                   "gpu_us": harness.gpu_us(call), "rel_diff": harness.rel_err(out, expected)}  # fmt: skip
+                            row.update(gpu_us=harness.gpu_us(call), rel_diff=harness.rel_err(out, expected))
                             if m <= HOST_BOUND_ROWS:  # where an implementation's host cost shows in the wall
                                 row["host_us"] = harness.host_us(call, 100, 3)
                                 row["wall_us"] = harness.stream_us(call, 100, 3)
                         except Exception as exc:  # noqa: BLE001
-                            row = {
-                                "step": step,
-                                "impl": impl,
-                                "rows": m,
-                                "problem": name,
-                                "error": str(exc)[:300],
-                            }
+                            row = {k: row[k] for k in ("step", "impl", "rows", "problem")}
+                            row["error"] = str(exc)[:300]
                         finally:
                             ns.cuda_set_path(step, "table")
                         rows.append(row)
@@ -156,12 +144,8 @@ def best(rows: list[dict]) -> list[dict]:
     out = []
     for (step, m), by in totals.items():
         winner = min(by["gpu_us"], key=by["gpu_us"].get)
-        entry = {
-            "step": step,
-            "rows": m,
-            "best": winner,
-            "us": {k: round(v, 2) for k, v in by["gpu_us"].items()},
-        }
+        us = {k: round(v, 2) for k, v in by["gpu_us"].items()}
+        entry = {"step": step, "rows": m, "best": winner, "us": us}
         if "wall_us" in by:
             entry["wall_us"] = {k: round(v, 2) for k, v in by["wall_us"].items()}
             entry["best_wall"] = min(by["wall_us"], key=by["wall_us"].get)
@@ -349,9 +333,7 @@ def decode_mlp(args, res, best, shapes, rows, bw, t0, dt, save) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = harness.tool_parser(__doc__)
     parser.add_argument("--dtype", default="bf16", choices=tuple(harness.DTYPES))
-    parser.add_argument(
-        "--steps", default=",".join(IMPLS), help="comma list of steps to measure (default: all)"
-    )
+    parser.add_argument("--steps", default=",".join(IMPLS), help="comma list of steps (default: all)")
     parser.add_argument("--decode", action="store_true", help="sweep the Triton decode kernels' tiles")
     parser.add_argument("--quick", action="store_true", help="--decode: two widths, four row counts")
     parser.add_argument("--tables", action="store_true", help="--decode: the MLP with the shipped tables")

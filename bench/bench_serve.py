@@ -86,43 +86,34 @@ def wrk(url_base: str, paths: list[str], duration: int, connections: int, work: 
         f"local paths = {{{items}}}\nlocal i = 0\n"
         "request = function()\n  i = i + 1\n  return wrk.format('GET', paths[(i % #paths) + 1])\nend\n"
     )
-    out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url_base],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url_base]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return {
         "req_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "mb_s": _mb(re.search(r"Transfer/sec:\s+([\d.]+\w+)", out).group(1)),
-        "p50_ms": _ms(re.search(r"\s50%\s+([\d.]+\w+)", out).group(1)),
-        "p99_ms": _ms(re.search(r"\s99%\s+([\d.]+\w+)", out).group(1)),
+        "mb_s": _scaled(re.search(r"Transfer/sec:\s+([\d.]+\w+)", out).group(1), MB),
+        "p50_ms": _scaled(re.search(r"\s50%\s+([\d.]+\w+)", out).group(1), MS),
+        "p99_ms": _scaled(re.search(r"\s99%\s+([\d.]+\w+)", out).group(1), MS),
         "errors": int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0,
         "socket_errors": (m := re.search(r"Socket errors: (.*)", out)) and m.group(1) or "",
     }
 
 
-def _mb(text: str) -> float:
-    value, unit = float(re.match(r"[\d.]+", text).group()), re.search(r"[A-Za-z]+", text).group()
-    return value * {"B": 1e-6, "KB": 1024 / 1e6, "MB": 1024**2 / 1e6, "GB": 1024**3 / 1e6}[unit]
+MB = {"B": 1e-6, "KB": 1024 / 1e6, "MB": 1024**2 / 1e6, "GB": 1024**3 / 1e6}  # wrk's units in MB
+MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}  # and in ms
 
 
-def _ms(text: str) -> float:
-    value, unit = float(re.match(r"[\d.]+", text).group()), re.search(r"[a-z]+", text).group()
-    return value * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+def _scaled(text: str, units: dict[str, float]) -> float:
+    """wrk's `12.5KB` / `3.2ms` in the unit `units` maps to."""
+    return float(re.match(r"[\d.]+", text).group()) * units[re.search(r"[A-Za-z]+", text).group()]
 
 
-def measure(
-    name: str, base: str, prefix: str, paths: dict[str, list[str]], args, work: Path, out: dict
-) -> None:
+def measure(name: str, base: str, prefix: str, paths: dict, args, work: Path, out: dict) -> None:
+    """One wrk run per file size at `base` + `prefix` + each path; kept in `out[name][size]` and printed."""
     for size, rels in paths.items():
         r = wrk(base, [prefix + p for p in rels], args.duration, args.connections, work)
         out.setdefault(name, {})[size] = r
-        print(
-            f"{name:14s} {size:6s} {r['req_s']:9.0f} req/s {r['mb_s']:8.1f} MB/s  p50 {r['p50_ms']:7.1f} ms  "
-            f"p99 {r['p99_ms']:7.1f} ms  non-2xx {r['errors']} {r['socket_errors']}",
-            flush=True,
-        )
+        print(f"{name:14s} {size:6s} {r['req_s']:9.0f} req/s {r['mb_s']:8.1f} MB/s  p50 {r['p50_ms']:7.1f} ms  "
+              f"p99 {r['p99_ms']:7.1f} ms  non-2xx {r['errors']} {r['socket_errors']}", flush=True)  # fmt: skip
 
 
 def hub_rows(args, work: Path, files: Path, paths: dict[str, list[str]], results: dict) -> dict:

@@ -67,14 +67,10 @@ def add_loading_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub", help="hub URL to load from with registry.get_kernel (HF_TOKEN for auth)")
     parser.add_argument("--repo", action="append", default=[], help="ORG/NAME[=label] to load from --hub")
     parser.add_argument("--variant-dir", action="append", default=[], help="built variant dir DIR[=label]")
-    parser.add_argument(
-        "--set-path",
-        action="append",
-        default=[],
-        metavar="STEP=IMPL",
-        help="force a step of every loaded stable-ABI CUDA kernel for the whole run (cuda_set_path), e.g. "
-        "chain_backward=layers: an A/B of one implementation on one build, run as two processes (repeatable)",
-    )
+    parser.add_argument("--set-path", action="append", default=[], metavar="STEP=IMPL",
+                        help="force a step of every loaded stable-ABI CUDA kernel for the whole run (cuda_set_path), "
+                        "e.g. chain_backward=layers: an A/B of one implementation on one build, run as two processes "
+                        "(repeatable)")  # fmt: skip
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:
@@ -82,9 +78,7 @@ def tool_parser(doc: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     add_loading_args(parser)
     parser.add_argument("--json", type=Path, default=None, help="write this run's report here")
-    parser.add_argument(
-        "--csv", type=Path, default=None, help=f"append results here ($BENCH_CSV, {DEFAULT_CSV})"
-    )
+    parser.add_argument("--csv", type=Path, default=None, help=f"append results here ($BENCH_CSV, {DEFAULT_CSV})")  # fmt: skip
     return parser
 
 
@@ -178,10 +172,8 @@ def inputs(
         return (torch.randn(*shape, device=device) * scale).to(dtype).requires_grad_(train)
 
     shapes = p.weight_shapes
-    ws = [
-        rnd(o, k, scale=k**-0.5 * (last_scale if i == len(shapes) - 1 else 1.0))
-        for i, (o, k) in enumerate(shapes)
-    ]
+    scales = [k**-0.5 * (last_scale if i == len(shapes) - 1 else 1.0) for i, (_, k) in enumerate(shapes)]
+    ws = [rnd(o, k, scale=scale) for (o, k), scale in zip(shapes, scales)]
     bs = [rnd(o, scale=0.1) for o, _ in shapes] if p.bias else []
     return {"x": rnd(rows, p.hidden), "ws": ws, "bs": bs}
 
@@ -207,11 +199,8 @@ def cublaslt(p: Preset, x, ws: list, bs: list):
     """cuBLASLt's bias+activation epilogues (`torch._addmm_activation`): plain mlps of relu / gelu_tanh only."""
     for i, (w, b) in enumerate(zip(ws, bs)):
         last = i == len(ws) - 1
-        x = (
-            torch.addmm(b, x, w.t())
-            if last
-            else torch._addmm_activation(b, x, w.t(), use_gelu=p.activation != "relu")
-        )
+        gelu = p.activation != "relu"
+        x = torch.addmm(b, x, w.t()) if last else torch._addmm_activation(b, x, w.t(), use_gelu=gelu)
     return x
 
 
@@ -247,11 +236,8 @@ def implementations(
         impls["cublaslt_epilogue"] = lambda: lambda: cublaslt(p, x, ws, bs)
     for mode in compile_modes:
         impls["compile" if mode == "default" else f"compile_{mode.replace('-', '_')}"] = compiled(mode)
-    if (
-        p.op == "gated_mlp"
-        and p.activation in ("silu", "gelu_tanh")
-        and importlib.util.find_spec("liger_kernel")
-    ):
+    liger_applies = p.op == "gated_mlp" and p.activation in ("silu", "gelu_tanh")
+    if liger_applies and importlib.util.find_spec("liger_kernel"):
         impls["liger"] = lambda: lambda: liger(p, x, ws, bs)
     for label, kernel in kernels.items():
         impls[f"ours:{label}"] = lambda kernel=kernel: lambda: ours(p, kernel, x, ws, bs)
@@ -395,12 +381,8 @@ def environment() -> dict:
 
 def _commit() -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], check=False,
+                             capture_output=True, text=True)  # fmt: skip
     except OSError:
         return None
     return out.stdout.strip() or None
@@ -429,13 +411,8 @@ def save_hub_run(
             for part, m in by.items() if isinstance(m, dict)]  # fmt: skip
     append_csv(bench, rows, ("case",), metrics, getattr(args, "csv", None), gpu=platform.node())
     if getattr(args, "out", None):
-        meta = {
-            **environment(),
-            "cpus": os.cpu_count(),
-            "args": {k: str(v) for k, v in vars(args).items()},
-            **more,
-        }
-        write_json(args.out, {"meta": meta, "results": results})
+        meta = {**environment(), "cpus": os.cpu_count(), "args": {k: str(v) for k, v in vars(args).items()}}
+        write_json(args.out, {"meta": {**meta, **more}, "results": results})
 
 
 def csv_path(path: Path | None = None) -> Path:

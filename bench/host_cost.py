@@ -133,20 +133,16 @@ def _training_pieces(kernels: dict, x, ws, bs) -> dict:
                 print(f"host {label}: raw backward op not measured: {type(exc).__name__}: {exc}", flush=True)
                 continue
             bwd = ns.cuda_mlp_backward.default._op
-            pieces[f"train: {label}: raw backward op alone"] = lambda bwd=bwd, outs=outs: bwd(
-                g, [], x, ws, bs, outs, "relu"
-            )
+            raw = lambda bwd=bwd, outs=outs: bwd(g, [], x, ws, bs, outs, "relu")
+            pieces[f"train: {label}: raw backward op alone"] = raw
     return pieces
 
 
 def main(argv: list[str] | None = None) -> int:
     args = harness.tool_parser(__doc__).parse_args(argv)
     kernels = harness.load_kernels(args)
-    report = {
-        "environment": harness.environment(),
-        "kernels": harness.describe(kernels),
-        "host_us": breakdown(kernels),
-    }
+    report = {"environment": harness.environment(), "kernels": harness.describe(kernels)}
+    report["host_us"] = breakdown(kernels)
     harness.write_json(args.json, report)
     rows = [{"case": name, "impl": "", "us": us} for name, us in report["host_us"].items()]
     harness.append_csv("host", rows, ("case",), ("us",), args.csv)

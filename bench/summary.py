@@ -81,10 +81,8 @@ def ops_goals(ops: dict, ours: str) -> list[Goal]:
 
 
 def host_goals(host: dict, ours: str) -> list[Goal]:
-    label, relu = (
-        ours.removeprefix("ours:"),
-        host["host_us"].get("torch.relu(x) (one Python-level op, one launch)"),
-    )
+    label = ours.removeprefix("ours:")
+    relu = host["host_us"].get("torch.relu(x) (one Python-level op, one launch)")
     out = []
     for op in ("mlp(x, ws, bs) public call", "gated_mlp public call"):
         got = host["host_us"].get(f"{label}: {op}")
@@ -145,9 +143,8 @@ def summarize(folder: Path, ours: str | None = None) -> str:
     parts = []
     env = next((r["environment"] for r in reports.values() if r and "environment" in r), None)
     if env:
-        parts.append(
-            ", ".join(f"{k} {env.get(k)}" for k in ("date", "gpu", "torch", "triton", "cuda", "commit"))
-        )
+        keys = ("date", "gpu", "torch", "triton", "cuda", "commit")
+        parts.append(", ".join(f"{k} {env.get(k)}" for k in keys))
     kernels = next(
         (r.get("kernels") for n, r in reports.items() if r and n in ("ops.json", "host.json")), None
     )
@@ -156,15 +153,13 @@ def summarize(folder: Path, ours: str | None = None) -> str:
         parts.append(f"{label}: backend {k['backend']}, {k.get('source', 'dir')}/{k.get('variant', '-')}"
                      + (f", {build['entries_for_device']} Triton cubins for sm_{build['sm']}" if build else ""))  # fmt: skip
     if (folder / "tests.log").is_file():
-        lines = [
-            ln for ln in (folder / "tests.log").read_text().splitlines() if " passed" in ln or " failed" in ln
-        ]
+        log = (folder / "tests.log").read_text().splitlines()
+        lines = [ln for ln in log if " passed" in ln or " failed" in ln]
         parts.append("GPU tests: " + " | ".join(lines[-2:]))
     if host := reports["host.json"]:
         rows = ["| host µs per call (M=16, bf16) | µs |", "|---|---|"]
-        parts.append(
-            "\n".join(rows + [f"| {k} | {v:.2f} |" for k, v in host["host_us"].items() if v is not None])
-        )
+        rows += [f"| {k} | {v:.2f} |" for k, v in host["host_us"].items() if v is not None]
+        parts.append("\n".join(rows))
     if (paths := reports["paths.json"]) and paths.get("best") is None:
         parts.append("path sweep incomplete (stopped or timed out): its rows so far are in paths.json")
     elif paths:
@@ -172,18 +167,14 @@ def summarize(folder: Path, ours: str | None = None) -> str:
                 "|---|---|---|---|---|---|"]  # fmt: skip
         for b in paths["best"]:
             gpu, wall = (", ".join(f"{k} {v}" for k, v in b.get(x, {}).items()) for x in ("us", "wall_us"))
-            rows.append(
-                f"| {b['step']} | {b['rows']} | {b['best']} | {gpu} | {b.get('best_wall', '–')} | {wall} |"
-            )
+            rows.append(f"| {b['step']} | {b['rows']} | {b['best']} | {gpu} | {b.get('best_wall', '–')} | {wall} |")  # fmt: skip
         parts.append("\n".join(rows))
     if ops := reports["ops.json"]:
-        parts.append(
-            "ops, µs per call: wall (stream of calls) / GPU (graph replay)\n" + bench_ops.table(ops["rows"])
-        )
+        title = "ops, µs per call: wall (stream of calls) / GPU (graph replay)"
+        parts.append(f"{title}\n{bench_ops.table(ops['rows'])}")
     if model := reports["model.json"]:
-        parts.append(
-            f"model, {model['layers']} layers, µs per forward\n" + bench_model.table(model["results"])
-        )
+        title = f"model, {model['layers']} layers, µs per forward"
+        parts.append(f"{title}\n{bench_model.table(model['results'])}")
     labels = {r["impl"] for rep, key in ((ops, "rows"), (model, "results")) if rep for r in rep[key]}
     for label in [ours] if ours else sorted(i for i in labels if i.startswith("ours:")):
         parts.append(goals_table(folder, label))
