@@ -65,7 +65,10 @@ def test_extension_is_placed_with_passing_checks(built):
     embedded = record["triton"]
     assert embedded["version"] == triton.__version__ and embedded["archs"] == ["sm_90a"], embedded
     assert embedded["cubins"] > 0 and embedded["entries"] >= embedded["cubins"], embedded
-    assert "compiled sm_90a: gate_up, linear, tma_gate_up, tma_linear" in embedded["note"], embedded
+    assert (
+        "compiled sm_90a: gate_up, gemv_gate_up, gemv_linear, linear, tma_gate_up, tma_linear"
+        in embedded["note"]
+    ), embedded
     assert "reused sm_90a: act_and_mul" in embedded["note"], embedded
 
 
