@@ -31,3 +31,10 @@ def add_key_on_purpose(hub, namespace: str, key_path: Path) -> Path:
     pub.write_text(public_key_b64(key) + "\n")
     hub._admin("key", "add", namespace, "--public-key", str(pub))
     return key_path
+
+
+def republish_with_new_key(hub, repo: str, dist: Path, token: str, key_path: Path, version: int = 1):
+    """Move `version` of `repo` to `dist` signed by a second key added on purpose (another tree, another
+    signer): the publish a pinned consumer must notice. Returns publish's result."""
+    key = add_key_on_purpose(hub, repo.split("/")[0], key_path)
+    return publish(repo, dist, version, endpoint=hub.url, token=token, key_path=key, update=True)

@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from hubs import HUB_KINDS, add_key_on_purpose, publish_fresh
+from hubs import HUB_KINDS, publish_fresh, republish_with_new_key
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 
 from registry import KernelLoadError, constants, get_kernel
-from registry.publisher.publish import publish
 from tests.conftest import point_clients_at
 
 QUIET = {"check": None, "speed_check": None, "backend": "cpu"}  # trust and signatures come first
@@ -48,15 +47,7 @@ def test_first_use_pins_the_key_and_a_new_key_is_refused(published, fused_mlp_v1
     assert get_kernel(repo, version=1, fallback=None, **QUIET).__kernel_info__["trust"]["keys"] == "pinned"
 
     old_key = _key_file(hub, repo, commit, tmp_path)
-    moved = publish(
-        repo,
-        fused_mlp_v1[2],
-        1,
-        endpoint=hub.url,
-        token=token,
-        key_path=add_key_on_purpose(hub, repo.split("/")[0], tmp_path / "new.pem"),
-        update=True,
-    )
+    moved = republish_with_new_key(hub, repo, fused_mlp_v1[2], token, tmp_path / "new.pem")
     with pytest.raises(KernelLoadError, match=f"is pinned to key\\(s\\) {first['trust']['key_id']}"):
         get_kernel(repo, version=1, fallback=None, **QUIET)
     # The key the new version ships, given by the user, is accepted for this call (nothing pinned).
@@ -107,15 +98,7 @@ def test_a_lock_file_pins_the_commit(published, fused_mlp_v1, tmp_path):
     lock = tmp_path / "kernels.lock"
     lock.write_text(lock_text(Hub.from_env(hub.url, token), {repo: 1}))
     key = str(_key_file(hub, repo, commit, tmp_path))
-    moved = publish(
-        repo,
-        fused_mlp_v1[2],
-        1,
-        endpoint=hub.url,
-        token=token,
-        key_path=add_key_on_purpose(hub, repo.split("/")[0], tmp_path / "new.pem"),
-        update=True,
-    )
+    moved = republish_with_new_key(hub, repo, fused_mlp_v1[2], token, tmp_path / "new.pem")
     info = get_kernel(
         repo, version=1, lockfile=lock, publisher_keys=[key], fallback=None, **QUIET
     ).__kernel_info__

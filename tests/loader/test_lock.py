@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from hubs import HUB_KINDS, add_key_on_purpose, publish_fresh
+from hubs import HUB_KINDS, publish_fresh, republish_with_new_key
 from kernels._rust import KernelLocks
 
 from registry.cli import main
 from registry.client.lock import LockError, locked_commit
-from registry.publisher.publish import publish
 from tests.conftest import point_clients_at
 
 
@@ -67,15 +66,7 @@ def test_lock_matches_stock_kernels_lock_and_stock_kernels_loads_it(
     # Stock kernels loads what the lock pins, also after v1 moved on (another key: another tree).
     import kernels
 
-    moved = publish(
-        repo,
-        fused_mlp_v1[2],
-        1,
-        endpoint=hub.url,
-        token=token,
-        key_path=add_key_on_purpose(hub, repo.split("/")[0], tmp_path / "new.pem"),
-        update=True,
-    )
+    moved = republish_with_new_key(hub, repo, fused_mlp_v1[2], token, tmp_path / "new.pem")
     assert moved.commit != commit
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the CPU variant's reference path
