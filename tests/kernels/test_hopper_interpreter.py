@@ -1,8 +1,8 @@
 """The Hopper GEMM core (hopper.py: TMA descriptors made in the kernel, persistent grid, every epilogue) on
 the CPU interpreter against float64: Triton 3.6's interpreter runs tensor-descriptor kernels, so CI
 checks the kernels' logic here; wgmma, TMA hardware, warp specialization and speed are checked on the
-H200 (test_gpu.py, bench/tune_gemm.py). Small tiles make odd shapes span several tiles and the 4
-interpreter programs walk several tiles each (the persistent loop)."""
+H200 (test_gpu.py; the tile sweep, `git show 1aded6b^:bench/tune_gemm.py`). Small tiles make odd shapes span
+several tiles and the 4 interpreter programs walk several tiles each (the persistent loop)."""
 
 import os
 

@@ -1,8 +1,9 @@
 """Tile configs per GPU arch, kept beside the kernels; chosen by measurement, no runtime autotuning.
 
 Tables map a row count bound (M <= bound; None = any) to a config; the first matching row wins.
-sm_90a rows were measured on an H200 (`bench/tune_gemm.py`; bench/BENCHMARKS.md); other archs use the
-conservative Ampere-style rows until measured there and have no Hopper (TMA) rows. "interpreter" keeps the CPU interpreter fast.
+sm_90a rows were measured on an H200 (the tile sweep, `git show 1aded6b^:bench/tune_gemm.py`; bench/BENCHMARKS.md);
+other archs use the conservative Ampere-style rows until measured there and have no Hopper (TMA) rows.
+"interpreter" keeps the CPU interpreter fast.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ Table = tuple[tuple[int | None, GemmConfig | tuple[GemmConfig, ...]], ...]
 
 LINEAR: dict[str, Table] = {
     # The fastest candidate in GPU time over (M,N,K) = (16|64|1024|8192, 1024, 1024) and (.., 768, 3072)
-    # (bench/tune_gemm.py; bench/BENCHMARKS.md).
+    # (`git show 1aded6b^:bench/tune_gemm.py`; bench/BENCHMARKS.md).
     "sm_90a": (
         (16, GemmConfig(16, 16, 256, 8, 4, 4)),
         (64, GemmConfig(32, 32, 128, 8, 4, 4)),
@@ -88,7 +89,7 @@ GATE_UP: dict[str, Table] = {
 # Archs without an entry never use them. Roles: forward `linear` (bias + act, also the pre-activation
 # store), `gate_up` (gated forward), `dgrad` (dz @ W with act' of the saved pre-activation),
 # `gated_dgrad` (dy @ W_down with the dg/du epilogue), `wgrad` (dz^T @ x), `dual` (dg @ W_gate + du @ W_up).
-# sm_90a (bench/tune_gemm.py; bench/BENCHMARKS.md): up to 1024 rows the portable kernels win (the persistent
+# sm_90a (`git show 1aded6b^:bench/tune_gemm.py`; bench/BENCHMARKS.md): up to 1024 rows the portable kernels win (the persistent
 # TMA kernel has more fixed cost); every backward role loses to cuBLAS, so the backward runs on cuBLAS.
 TmaTable = tuple[tuple[int | None, TmaConfig | tuple[TmaConfig, ...] | None], ...]
 _T = TmaConfig
@@ -97,7 +98,7 @@ TMA_LINEAR: dict[str, TmaTable] = {
 }
 # gate_up: one dot per K step over the 3D weight view (BN columns of each weight per tile), never
 # warp-specialized (Triton 3.6's warp-specialized loop wrote NaN on Hopper). The tiles are the fastest in GPU
-# time for (2x3072)x768 at 1024 and 8192 rows (bench/gate_up_single_dot.py; bench/BENCHMARKS.md).
+# time for (2x3072)x768 at 1024 and 8192 rows (`git show 1aded6b^:bench/gate_up_single_dot.py`; bench/BENCHMARKS.md).
 TMA_GATE_UP: dict[str, TmaTable] = {
     "sm_90a": ((256, None), (1024, _T(128, 64, 64, 8, 8, 4)), (None, _T(128, 128, 64, 8, 8, 4))),
 }
@@ -112,7 +113,7 @@ TMA_ROLES: dict[str, dict[str, TmaTable]] = {
 
 ELEMENTWISE: dict[str, ElementwiseConfig] = {
     # 1024-element blocks of 4 warps: as fast as larger blocks or faster on act_and_mul [M, 3072] at every
-    # measured M (bench/act_mul_sweep.py; bench/BENCHMARKS.md).
+    # measured M (`git show 1aded6b^:bench/act_mul_sweep.py`; bench/BENCHMARKS.md).
     "sm_90a": ElementwiseConfig(BLOCK=1024, num_warps=4),
     "default": ElementwiseConfig(BLOCK=1024, num_warps=4),
     "interpreter": ElementwiseConfig(BLOCK=1024, num_warps=4),
@@ -170,8 +171,8 @@ PDL_ENABLED = os.environ.get("FUSED_MLP_PDL", "1") != "0"
 
 # A pointer-kernel GEMM launched with PDL can ask L2 for its weight tile before it waits on the previous
 # kernel (weights never depend on it, so their DRAM latency would overlap that kernel's tail). Off: with
-# L2-resident weights it cost more than it gained (bench/BENCHMARKS.md); `bench/tune_gemm.py --only chain`
-# measures the case it is for (32 layers with their own weights) before turning it on.
+# L2-resident weights it cost more than it gained (bench/BENCHMARKS.md); the tile sweep's `--only chain`
+# (`git show 1aded6b^:bench/tune_gemm.py`) measures the case it is for (32 layers with their own weights).
 PDL_PREFETCH = False
 
 
@@ -187,7 +188,7 @@ def uses_pdl(arch: str, rows: int) -> bool:
 # Triton only at 1 row, where PDL hides its launch); here the host agrees too, since a Python-level Triton
 # launch costs more host time than an aten call (bench/BENCHMARKS.md). gelu, gelu_tanh and silu keep the fused
 # Triton epilogue (cuBLAS would need a second pass; not measured against it here). Archs without an entry were not measured: Triton.
-# FUSED_MLP_CUBLAS=0 keeps every such GEMM on Triton (bench/tune_gemm.py measures the Triton kernels).
+# FUSED_MLP_CUBLAS=0 keeps every such GEMM on Triton (as the tile sweep, `git show 1aded6b^:bench/tune_gemm.py`, ran).
 CUBLAS_LINEAR_ABOVE: dict[str, int] = {"sm_90a": 1}
 CUBLAS_ENABLED = os.environ.get("FUSED_MLP_CUBLAS", "1") != "0"
 

@@ -33,8 +33,8 @@ constexpr int kTileN = 8;     // d-input columns per tile: mma's N
 constexpr int kDwRows = 64;   // d-weight tile: rows (n) = 4 warps x 16
 constexpr int kDwCols = 128;  // d-weight tile: columns (k) = 2 warps x 8 MMAs x 8
 
-// The phase clock of bench/probe_chain_backward.py: built with FUSED_MLP_TRACE_PHASES defined (a probe build, never
-// shipped), thread 0 of every program records %globaltimer at each phase's end and prints them when the kernel
+// The phase clock that `git show 1aded6b^:bench/probe_chain_backward.py` reads: built with
+// FUSED_MLP_TRACE_PHASES defined (a probe build, never shipped), thread 0 of every program records %globaltimer at each phase's end and prints them when the kernel
 // ends; otherwise phase() is empty. Phases: 0 entry, 1 prefetch issued, then per layer (from the last) its
 // weight slices ready, d input done, d weight done, grid barrier passed.
 #ifdef FUSED_MLP_TRACE_PHASES
