@@ -1,6 +1,6 @@
-"""One home per concept (issue 42): every environment variable is read in registry/constants.py, and the
-commit id, the key id, the hub wire client and version -> commit are each defined in one file and imported
-everywhere else. Read from the source as tests/test_import_rules.py reads imports (environment reads with
+"""One home per concept (issue 42): every environment variable is read in registry/constants.py (the kernel
+package's in kernel_src/fused_mlp/constants.py), and the commit id, the key id, the hub wire client and
+version -> commit are each defined in one file and imported everywhere else. Read from the source as tests/test_import_rules.py reads imports (environment reads with
 `ast`, definitions by a pattern over the code without its comments); nothing is imported or run.
 """
 
@@ -71,6 +71,25 @@ def test_every_environment_variable_is_read_in_registry_constants():
         for line in _env_reads(tree)
     }
     assert not found, f"read the variable through registry/constants.py instead: {sorted(found)}"
+
+
+def test_the_kernel_package_reads_its_environment_in_fused_mlp_constants():
+    """The kernel package ships without kernel-hub, so it has its own constants module. Exempt: the AOT
+    build's scoped override of Triton's own variables (saved, set for the compiler, restored)."""
+    package = ROOT / "kernel_src" / "fused_mlp"
+    found = set()
+    for path in package.rglob("*.py"):
+        if path.name == "constants.py" and path.parent == package:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        exempt = {
+            line
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.name == "reproducible_compile"
+            for line in range(node.lineno, node.end_lineno + 1)
+        }
+        found |= {f"{path.relative_to(ROOT)}:{line}" for line in _env_reads(tree) if line not in exempt}
+    assert not found, f"read the variable through kernel_src/fused_mlp/constants.py instead: {sorted(found)}"
 
 
 def test_the_environment_reader_sees_every_form_of_read():

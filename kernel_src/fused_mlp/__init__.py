@@ -10,13 +10,12 @@ module by its first tensor's device inline: it is the only Python frame between 
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Sequence
 from types import ModuleType
 
 import torch
 
-from . import reference
+from . import constants, reference
 from ._build_info import BUILD_ID as BUILD_ID
 from ._build_info import OPS_NAMESPACE as OPS_NAMESPACE
 
@@ -93,7 +92,7 @@ if torch.version.cuda is None or torch.cuda.is_initialized() or _lazy_call is No
     _choose_gpu_backend()  # nothing to defer: no CUDA build, or CUDA is up already
 else:
     _lazy_call(_choose_gpu_backend)
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRET = constants.interpret()
 _CPU_OPS: ModuleType = reference
 if INTERPRET:
     _interp, _why = _load_backend("triton")

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-import os
+from .. import constants
 
 
 def available() -> tuple[bool, str]:
@@ -16,7 +16,7 @@ def available() -> tuple[bool, str]:
         return False, f"triton is not installed ({exc}); pip install triton"
     import torch
 
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if constants.interpret():
         return True, ""
     if not torch.cuda.is_available():
         return False, "no CUDA device (set TRITON_INTERPRET=1 to run the kernels on the CPU interpreter)"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import shutil
 import tempfile
 import zipfile
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 import triton
 
+from .. import constants
 from ..arch import arch_of
 from .specs import AotSpec, KernelDef, ast_source
 
@@ -90,7 +90,7 @@ def _extract(bundle: Path, json_name: str) -> Path:
 
 
 _INDEX: dict[int, dict[tuple, _Entry]] = {}
-_DISABLED = os.environ.get("FUSED_MLP_AOT") == "0"
+_DISABLED = constants.aot_disabled()
 
 
 def _device_index(device: torch.device) -> dict[tuple, _Entry]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import triton
 
+from .. import constants
 from ..arch import is_arch, parse_arch
 from .configs import (
     DECODE_GATE_UP,
@@ -308,7 +309,7 @@ def compile_all(
             f"asked for cubins of Triton {triton_version} but Triton {triton.__version__} is installed; "
             f"run the build in an environment with triton=={triton_version}"
         )
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if constants.interpret():
         raise RuntimeError(
             "compile_all cannot run with TRITON_INTERPRET=1 (kernels are interpreted); unset it"
         )

@@ -8,10 +8,10 @@ other archs use the conservative Ampere-style rows until measured there and have
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from functools import cache
 
+from .. import constants
 from ..arch import at_least
 
 
@@ -166,7 +166,7 @@ def decode_config(
 # Programmatic dependent launch (sm_90+): a GEMM of at most this many rows starts while the previous
 # kernel drains (its grid fits one wave, so early-resident programs steal no slots from that kernel).
 PDL_MAX_ROWS = 1024
-PDL_ENABLED = os.environ.get("FUSED_MLP_PDL", "1") != "0"
+PDL_ENABLED = constants.pdl_enabled()
 
 
 # A pointer-kernel GEMM launched with PDL can ask L2 for its weight tile before it waits on the previous
@@ -190,7 +190,7 @@ def uses_pdl(arch: str, rows: int) -> bool:
 # Triton epilogue (cuBLAS would need a second pass; not measured against it here). Archs without an entry were not measured: Triton.
 # FUSED_MLP_CUBLAS=0 keeps every such GEMM on Triton (as the tile sweep, `git show 1aded6b^:bench/tune_gemm.py`, ran).
 CUBLAS_LINEAR_ABOVE: dict[str, int] = {"sm_90a": 1}
-CUBLAS_ENABLED = os.environ.get("FUSED_MLP_CUBLAS", "1") != "0"
+CUBLAS_ENABLED = constants.cublas_enabled()
 
 
 def cublas_linear(arch: str, rows: int, activation: str) -> bool:

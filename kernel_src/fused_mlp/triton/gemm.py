@@ -6,11 +6,10 @@ Callers hand in allocated outputs; nothing here checks shapes or dtypes (forward
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
+from .. import constants
 from ..arch import arch_of
 from .configs import (
     GATE_UP,
@@ -33,7 +32,7 @@ from .linear import LINEAR as LINEAR_KERNEL
 from .linear import linear_consts
 from .specs import KernelDef
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # CPU tensors run on the interpreter
+INTERPRET = constants.interpret()  # CPU tensors run on the interpreter
 # The interpreter runs persistent kernels on this many programs, so CPU tests walk several tiles each.
 _INTERPRETER_PROGRAMS = 4
 _ARCHS: dict[int, str] = {}
