@@ -28,20 +28,26 @@ def front():
     hub = HubProcess(base / "data", "--workers", "2", "--accel-redirect", ACCEL_PREFIX).start()
     port = free_ports(1)[0]
     nginx = Nginx(accel_conf([hub.url.removeprefix("http://")], hub.data_dir / "blobs", port), port)
-    require(nginx.start)
-    token = hub.token("acc")
-    api = HfApi(endpoint=nginx.url, token=token)  # uploads go through nginx too
-    api.create_repo("acc/pub", repo_type="kernel")
-    api.upload_file(path_or_fileobj=SMALL, path_in_repo="small.bin", repo_id="acc/pub", repo_type="kernel")
-    api.upload_file(
-        path_or_fileobj=LARGE, path_in_repo="dir/large.bin", repo_id="acc/pub", repo_type="kernel"
-    )
-    api.create_repo("acc/priv", repo_type="kernel", private=True)
-    api.upload_file(path_or_fileobj=b"secret", path_in_repo="s.txt", repo_id="acc/priv", repo_type="kernel")
-    yield nginx, hub, token
-    nginx.destroy()
-    hub.stop()
-    shutil.rmtree(base, ignore_errors=True)
+    try:  # a skip (no nginx) or a failed set-up must not leave the hub running
+        require(nginx.start)
+        token = hub.token("acc")
+        api = HfApi(endpoint=nginx.url, token=token)  # uploads go through nginx too
+        api.create_repo("acc/pub", repo_type="kernel")
+        api.upload_file(
+            path_or_fileobj=SMALL, path_in_repo="small.bin", repo_id="acc/pub", repo_type="kernel"
+        )
+        api.upload_file(
+            path_or_fileobj=LARGE, path_in_repo="dir/large.bin", repo_id="acc/pub", repo_type="kernel"
+        )
+        api.create_repo("acc/priv", repo_type="kernel", private=True)
+        api.upload_file(
+            path_or_fileobj=b"secret", path_in_repo="s.txt", repo_id="acc/priv", repo_type="kernel"
+        )
+        yield nginx, hub, token
+    finally:
+        nginx.destroy()
+        hub.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_stock_client_downloads_through_nginx(front, tmp_path):
