@@ -25,7 +25,7 @@ class _Linear(Function):
     def forward(ctx, x, weight, bias, activation):
         forward.check_linear(x, weight, bias, activation)
         x2 = forward.rows(x)
-        out, pre = forward.linear_rows_train(x2, forward.unit_stride(weight), bias, activation)
+        out, pre = forward.linear_rows_train(x2, forward.layer_weight(weight), bias, activation)
         ctx.activation, ctx.x_shape, ctx.has_bias = activation, x.shape, bias is not None
         ctx.save_for_backward(x2, weight, pre)
         return out.view(*x.shape[:-1], weight.shape[0])

@@ -14,7 +14,7 @@ import torch
 
 from .activations import ACT_CODES
 from .forward import act_and_mul_backward, activation_backward
-from .gemm import hopper_config, tma_gemm, tma_ok
+from .gemm import hopper_config, is_kmajor, tma_gemm, tma_ok
 from .hopper import EPI_ACT, EPI_ACT_GRAD, EPI_GATED_GRAD
 
 
@@ -102,7 +102,9 @@ def chain_grads(
       in the compiled path (whose backward must consist of ops);
     - dx is None when not `need_dx` (layer 0's dgrad GEMM is skipped), and dweights[i] is None when
       `need_dw[i]` is False (a frozen weight: its GEMM is skipped).
-    The GEMMs run on torch (cuBLAS): every backward role of the Hopper tables is None (configs.py).
+    The GEMMs run on torch (cuBLAS): every backward role of the Hopper tables is None (configs.py). A K-major
+    weight (forward.layer_weight) is read in place, and its gradient comes back K-major too, so autograd hands
+    the parameter behind the view a gradient in the parameter's own layout.
     """
     n = len(weights)
     dweights: list[torch.Tensor | None] = [None] * n
@@ -110,8 +112,8 @@ def chain_grads(
     g: torch.Tensor | None = grad
     for i in range(n - 1, -1, -1):
         dz = g if i == n - 1 or activation == "none" else act_grad(g, pres[i], activation)
-        if need_dw is None or need_dw[i]:
-            dweights[i] = dz.t() @ inputs[i]
+        if need_dw is None or need_dw[i]:  # in the weight's own layout: a K-major weight's as (x^T dz)^T
+            dweights[i] = (inputs[i].t() @ dz).t() if is_kmajor(weights[i]) else dz.t() @ inputs[i]
         dbiases[i] = dz.sum(0) if has_bias[i] else None
         g = dz @ weights[i] if i > 0 or need_dx else None
     return g, dweights, dbiases

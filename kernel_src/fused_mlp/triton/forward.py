@@ -20,6 +20,7 @@ from .gemm import (
     decode,
     device_arch,
     gate_up_fits,
+    is_kmajor,
     pick,
     portable,
     ptr_gate_up,
@@ -63,6 +64,12 @@ def unit_stride(w: torch.Tensor) -> torch.Tensor:
     return w if w.stride(-1) == 1 else w.contiguous()
 
 
+def layer_weight(w: torch.Tensor) -> torch.Tensor:
+    """A `linear` / `mlp` weight as linear_rows reads it in place: row-major (unit stride along K) or K-major
+    (unit stride along N, as the transpose of transformers' Conv1D weight [in, out] is), else a contiguous copy."""
+    return w if w.stride(-1) == 1 or (w.stride(0) == 1 and w.stride(1) >= w.shape[0]) else w.contiguous()
+
+
 def check_linear_shapes(op: str, in_features: int, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     if weight.dim() != 2 or weight.shape[1] != in_features:
         raise ValueError(
@@ -77,8 +84,8 @@ def linear_rows(
     x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, activation: str, out: torch.Tensor | None = None,
     cfg: GemmConfig | TmaConfig | None = None, pre: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows, w and out unit-stride; returns out (a new
-    tensor when None). `pre` (training) also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the
+    """out[M, N] = act(x2 @ w.T + b) with one GEMM launch; x2 rows and out unit-stride, w row-major or K-major
+    (`layer_weight`; never copied); returns out (a new tensor when None). `pre` (training) also receives x2 @ w.T + b. `cfg` overrides the arch's tables (the
     tuning script measures candidates); without it, rows the arch's table gives to cuBLAS
     (configs.cublas_linear) go there."""
     M, K = x2.shape
@@ -87,9 +94,11 @@ def linear_rows(
         return out if out is not None else x2.new_empty((M, N))
     if K == 0:
         raise ValueError("linear: in_features is 0; nothing to multiply")
+    kmajor = is_kmajor(w)
     if (
         cfg is None
         and pre is None
+        and not kmajor  # the decode kernels read weight rows along K
         and (dc := decode("linear", x2, M, N, N * K * w.element_size())) is not None
     ):
         out = x2.new_empty((M, N)) if out is None else out
@@ -100,9 +109,10 @@ def linear_rows(
     if out is None:
         out = x2.new_empty((M, N))
     cfg = pick("linear", x2, M, N, cfg)
-    if isinstance(cfg, TmaConfig) and tma_ok(x2, w, out, pre):
+    b_op = w.t() if kmajor else w  # the Hopper kernel reads a K-major weight as B stored [K, N] (B_T)
+    if isinstance(cfg, TmaConfig) and tma_ok(x2, b_op, out, pre):
         epi = EPI_ACT if pre is None else EPI_ACT_STORE_PRE
-        tma_gemm(x2, w, out, M, N, K, cfg, bias=b, aux=pre, act=ACT_CODES[activation], epi=epi)
+        tma_gemm(x2, b_op, out, M, N, K, cfg, b_t=kmajor, bias=b, aux=pre, act=ACT_CODES[activation], epi=epi)
         return out
     if isinstance(cfg, TmaConfig):
         cfg = portable("linear", x2, M)
@@ -139,7 +149,7 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """act(x @ weight.T + bias) for any leading batch dims."""
     check_linear(x, weight, bias, activation)
-    out = linear_rows(rows(x), unit_stride(weight), bias, activation)
+    out = linear_rows(rows(x), layer_weight(weight), bias, activation)
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
@@ -174,7 +184,7 @@ def mlp_rows(
     h = x2
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases)):
-        h = linear_rows(h, unit_stride(w), b, activation if i < last else "none", out if i == last else None)
+        h = linear_rows(h, layer_weight(w), b, activation if i < last else "none", out if i == last else None)
     return h
 
 
@@ -185,10 +195,10 @@ def mlp_rows_train(
     hidden layer what act' reads, as linear_rows_train returns it)."""
     inputs, pres = [x2], []
     for w, b in zip(weights[:-1], biases[:-1]):
-        h, pre = linear_rows_train(inputs[-1], unit_stride(w), b, activation)
+        h, pre = linear_rows_train(inputs[-1], layer_weight(w), b, activation)
         pres.append(pre)
         inputs.append(h)
-    return linear_rows(inputs[-1], unit_stride(weights[-1]), biases[-1], "none"), inputs, pres
+    return linear_rows(inputs[-1], layer_weight(weights[-1]), biases[-1], "none"), inputs, pres
 
 
 def check_gated(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:

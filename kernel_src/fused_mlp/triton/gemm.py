@@ -29,7 +29,7 @@ from .hopper import TMA_GATE_UP, TMA_GEMM, gemm_consts
 from .hopper import gate_up_consts as tma_gate_up_consts
 from .launch import launch
 from .linear import LINEAR as LINEAR_KERNEL
-from .linear import linear_consts
+from .linear import LINEAR_KMAJOR, linear_consts
 from .specs import KernelDef
 
 INTERPRET = constants.interpret()  # CPU tensors run on the interpreter
@@ -149,17 +149,27 @@ def ptr_linear(
     kernel: KernelDef = LINEAR_KERNEL,
 ) -> None:  # fmt: skip
     """One portable `linear_kernel` launch: out = act(x @ w^T + b); `kernel` GEMV_LINEAR: the decode kernel
-    (same arguments and grid; it never prefetches)."""
+    (same arguments and grid; it never prefetches). A K-major w (`is_kmajor`) runs `linear_kmajor_kernel`."""
     M, K = x.shape
     N = w.shape[0]
     upcast, precision = dot_flags(x)
     pdl = uses_pdl(device_arch(x), M)
-    args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w.stride(0), out.stride(0))
+    w_stride = w.stride(0)
+    if is_kmajor(w):
+        kernel, w_stride = LINEAR_KMAJOR, w.stride(1)
+    args = (x, w, x if b is None else b, out, M, N, K, x.stride(0), w_stride, out.stride(0))
     consts = linear_consts(cfg, has_bias=b is not None, act=act, even_k=K % cfg.BK == 0, pdl=pdl,
                            prefetch=_prefetch(x, pdl) and kernel is LINEAR_KERNEL, upcast=upcast,
                            precision=precision)  # fmt: skip
     grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
     launch(kernel, grid, args, consts, cfg.num_warps, cfg.num_stages)
+
+
+def is_kmajor(w: torch.Tensor) -> bool:
+    """Whether a [N, K] weight is K-major: the transpose view of a [K, N] tensor whose rows are unit-stride
+    (transformers' Conv1D keeps [in, out]); forward.layer_weight hands the GEMMs only such weights or
+    row-major ones."""
+    return w.stride(-1) != 1
 
 
 def vendor_linear(

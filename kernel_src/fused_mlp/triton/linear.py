@@ -1,6 +1,7 @@
 """Linear op kernels: GEMM with fused bias + activation epilogue, and the activation backward.
 
-out[M, N] = act(x[M, K] @ w[N, K]^T + b[N]); rows of x, w and out are unit-stride.
+out[M, N] = act(x[M, K] @ w[N, K]^T + b[N]); rows of x and out are unit-stride, w is row-major
+(`linear_kernel`) or K-major (`linear_kmajor_kernel`: w's transpose is the contiguous tensor).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from .tiles import mma, prefetch_rows_l2, tile_ids
 
 
 @triton.jit
-def linear_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr,
-    M, N, K, stride_xm, stride_wn, stride_om,
+def _linear_tile(
+    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_wk, stride_om,
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
     PRECISION: tl.constexpr, PDL: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
+    """This program's output tile; w[n, k] is at w_ptr + n * stride_wn + k * stride_wk (the kernels below pass
+    a literal 1 for the unit stride, which the compiler folds)."""
     pid_m, pid_n = tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
@@ -35,7 +37,7 @@ def linear_kernel(
         gdc_launch_dependents()
         gdc_wait()
     x_ptrs = x_ptr + rm[:, None] * stride_xm + offs_k[None, :]
-    w_ptrs = w_ptr + rn[None, :] * stride_wn + offs_k[:, None]
+    w_ptrs = w_ptr + rn[None, :] * stride_wn + offs_k[:, None] * stride_wk
 
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(tl.cdiv(K, BK)):
@@ -48,7 +50,7 @@ def linear_kernel(
             b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = mma(a, b, acc, UPCAST, PRECISION)
         x_ptrs += BK
-        w_ptrs += BK
+        w_ptrs += BK * stride_wk
 
     # Epilogue: bias, activation, cast, store.
     if HAS_BIAS:
@@ -56,6 +58,33 @@ def linear_kernel(
     acc = activate(acc, ACT)
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def linear_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr,
+    M, N, K, stride_xm, stride_wn, stride_om,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """Row-major weight w[N, K] (nn.Linear's layout)."""
+    _linear_tile(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, 1, stride_om, HAS_BIAS, ACT, EVEN_K,
+                 UPCAST, PRECISION, PDL, BM, BN, BK, GROUP_M, PREFETCH)  # fmt: skip
+
+
+@triton.jit
+def linear_kmajor_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr,
+    M, N, K, stride_xm, stride_wk, stride_om,
+    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """K-major weight: w[N, K] stored as its transpose [K, N] (transformers' Conv1D), read in place. JIT only:
+    no cubin ships for it, and the CUDA backend sends such weights to cuBLASLt."""
+    _linear_tile(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, 1, stride_wk, stride_om, HAS_BIAS, ACT, EVEN_K,
+                 UPCAST, PRECISION, PDL, BM, BN, BK, GROUP_M, PREFETCH)  # fmt: skip
 
 
 def linear_consts(cfg, *, has_bias: bool, act: int, even_k: bool, pdl: bool, prefetch: bool,
@@ -73,6 +102,9 @@ LINEAR = KernelDef(
     ),
     constexprs=("HAS_BIAS", "ACT", "EVEN_K", "UPCAST", "PRECISION", "PDL", "BM", "BN", "BK", "GROUP_M", "PREFETCH"),
 )  # fmt: skip
+# The same parameters, the fifth int being the weight's stride along K (`forward.ptr_linear` passes it).
+LINEAR_KMAJOR = KernelDef(linear_kmajor_kernel, LINEAR.params[:8] + (("stride_wk", "i32:16"),) + LINEAR.params[9:],
+                          LINEAR.constexprs)  # fmt: skip
 
 
 @triton.jit
