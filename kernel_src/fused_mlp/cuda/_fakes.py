@@ -1,10 +1,12 @@
-"""Fake (meta) kernels of the C++ ops: output shapes, dtypes and (contiguous) strides, for torch.compile
-(the `*_infer` forms too: compiled inference calls them)."""
+"""Fake (meta) kernels of the C++ ops: output shapes, dtypes and strides (contiguous, but a weight gradient in
+its weight's layout: K-major for a K-major weight), for torch.compile (the `*_infer` forms too: compiled
+inference calls them)."""
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor
 
 
@@ -16,9 +18,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str) -> T
     return _rows_like(x, weight.shape[0])
 
 
+def _weight_grad(w: Tensor) -> Tensor:
+    """As the C++ ops allocate a weight's gradient: K-major (the transpose of a contiguous [in, out]) stays
+    K-major, any other layout gets a contiguous gradient (the op read a contiguous copy)."""
+    if not w.is_contiguous() and w.stride(0) == 1 and w.stride(1) == w.shape[0]:
+        return torch.empty_strided(w.shape, (1, w.shape[0]), dtype=w.dtype, device=w.device)
+    return w.new_empty(w.shape)
+
+
 def linear_backward(grad, x, weight, bias, y, activation) -> list[Tensor]:
     db = weight.new_empty(weight.shape[0] if bias is not None else 0)
-    return [x.new_empty(x.shape), weight.new_empty(weight.shape), db]
+    return [x.new_empty(x.shape), _weight_grad(weight), db]
 
 
 def mlp(x: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str) -> list[Tensor]:
@@ -27,7 +37,7 @@ def mlp(x: Tensor, weights: list[Tensor], biases: list[Tensor], activation: str)
 
 def mlp_backward(grad, hidden_grads, x, weights, biases, outputs, activation) -> list[Tensor]:
     dbs = [w.new_empty(w.shape[0] if biases else 0) for w in weights]
-    return [x.new_empty(x.shape), *[w.new_empty(w.shape) for w in weights], *dbs]
+    return [x.new_empty(x.shape), *[_weight_grad(w) for w in weights], *dbs]
 
 
 def gated_mlp(x, w_gate, w_up, w_down, activation) -> list[Tensor]:

@@ -39,6 +39,10 @@ Implementations:
   layer's dW and dX GEMMs on cuBLASLt (the bias gradient in the dW GEMM) and the activation's derivative (the
   gated MLP: its dg/du pass).
 FALLBACK names what runs when the chosen implementation cannot take a call (fp32, misaligned, no cubin).
+K-major weights (`linear` and `mlp` given the transpose view of a contiguous [in, out] tensor, as GPT-2's Conv1D
+keeps it) are read in place by cuBLASLt's transpose flag whatever the table says, forward and backward: the
+Triton cubins, gemv and the persistent kernels read weights row-major, so `linear` runs `cublaslt` and `chain` /
+`chain_backward` run `layers` for such a call.
 
 Two tables, because two things decide what is fastest:
 - PATHS: calls issued one by one (eager Python loops). Up to mid-size batches these are host-bound: a

@@ -11,6 +11,19 @@
 
 namespace fused_mlp {
 
+// A new tensor of `sizes` and `strides` on `like`'s device; dtype `dtype` (a shim dtype code) or like's.
+inline Tensor empty_strided_on(const Tensor& like, const int64_t* sizes, const int64_t* strides, int64_t ndim,
+                               int32_t dtype = -1) {
+  int32_t device_type = 0, device_index = 0;
+  if (dtype < 0) STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
+  AtenTensorHandle out = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      aoti_torch_empty_strided(ndim, sizes, strides, dtype, device_type, device_index, &out));
+  return Tensor(out);
+}
+
 // A new contiguous tensor of `sizes` on `like`'s device; dtype `dtype` (a shim dtype code) or like's.
 inline Tensor empty_on(const Tensor& like, const int64_t* sizes, int64_t ndim, int32_t dtype = -1) {
   int64_t strides[8];
@@ -20,14 +33,7 @@ inline Tensor empty_on(const Tensor& like, const int64_t* sizes, int64_t ndim, i
     strides[d] = step;
     step *= sizes[d] > 1 ? sizes[d] : 1;
   }
-  int32_t device_type = 0, device_index = 0;
-  if (dtype < 0) STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
-  AtenTensorHandle out = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(
-      aoti_torch_empty_strided(ndim, sizes, strides, dtype, device_type, device_index, &out));
-  return Tensor(out);
+  return empty_strided_on(like, sizes, strides, ndim, dtype);
 }
 
 inline Tensor empty_on(const Tensor& like, std::initializer_list<int64_t> sizes) {

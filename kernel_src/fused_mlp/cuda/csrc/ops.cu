@@ -32,10 +32,12 @@ namespace fused_mlp {
 namespace {
 
 // A contiguous tensor seen as a row-major [rows, cols] matrix (cols = its last dim). The kernels work
-// on pointers, so leading dims are never reshaped: no dispatcher round trip for views.
+// on pointers, so leading dims are never reshaped: no dispatcher round trip for views. A K-major weight
+// (`kmajor`) is the transpose view of a contiguous [cols, rows] tensor: ptr() is that buffer.
 struct Mat {
   Tensor t;
   int64_t rows, cols;
+  bool kmajor = false;
   const void* ptr() const { return t.const_data_ptr(); }
   void* mut() const { return t.mutable_data_ptr(); }
 };
@@ -76,13 +78,26 @@ Tensor new_zeros(const Tensor& like, std::initializer_list<int64_t> sizes) {
   return t;
 }
 
-Mat weight_2d(const Tensor& w, const Tensor& x, int64_t k, const char* op, const char* name) {
+// `kmajor_ok`: the op reads a K-major weight in place (linear and mlp, forward and backward, through cuBLASLt:
+// transformers' Conv1D keeps [in, out], which the caller passes transposed); other layouts are copied.
+Mat weight_2d(const Tensor& w, const Tensor& x, int64_t k, const char* op, const char* name, bool kmajor_ok = false) {
   check_cuda_tensor(w, op, name);
   check_same_dtype(x, w, op, name);
   STD_TORCH_CHECK(w.dim() == 2 && w.size(1) == k, "fused_mlp.", op, ": `", name, "` must be [out, ", k,
                   "] to match the input's last dim ", k, ", got ", w.dim(), " dims with last size ",
                   w.dim() ? w.size(w.dim() - 1) : 0);
-  return {as_contiguous(w), w.size(0), k};
+  if (w.is_contiguous()) return {w, w.size(0), k};
+  if (kmajor_ok && w.stride(0) == 1 && w.stride(1) == w.size(0)) return {w, w.size(0), k, true};
+  return {torch::stable::contiguous(w), w.size(0), k};
+}
+
+// A new tensor for the gradient of weight `w`, in w's layout (K-major stays K-major: the parameter behind the
+// view gets its gradient in its own layout, no copy in autograd); zeroed when `zero`.
+Tensor weight_grad(const Mat& w, bool zero = false) {
+  const int64_t sizes[2] = {w.rows, w.cols}, kmajor_strides[2] = {1, w.rows};
+  Tensor t = w.kmajor ? empty_strided_on(w.t, sizes, kmajor_strides, 2) : empty_on(w.t, sizes, 2);
+  if (zero && t.numel() > 0) torch::stable::zero_(t);
+  return t;
 }
 
 std::optional<Tensor> bias_1d(const std::optional<Tensor>& b, const Tensor& x, int64_t n, const char* op,
@@ -115,7 +130,7 @@ class OnDevice {
 Mat linear_now(const Mat& x, const Mat& w, const void* b, Act act, const Ctx& c) {
   Scratch s;
   const LinearPlan p = plan_linear(c, x.rows, w.rows, x.cols, act, b != nullptr, x.t.scalar_type(), alignment_of(x.ptr()),
-                                   alignment_of(w.ptr()), alignment_of(b), s);
+                                   alignment_of(w.ptr()), alignment_of(b), s, kFreshAlign, w.kmajor);
   Mat y = new_rows(x, w.rows);
   s.allocate(x.t);
   run_linear(p, c, s, x.ptr(), w.ptr(), b, y.mut());
@@ -128,7 +143,7 @@ Tensor linear(Tensor x, Tensor w, std::optional<Tensor> b, std::string activatio
   const Act act = parse_activation(activation);
   const Mat x2 = as_rows(x, "linear", "x");
   OnDevice on(x);
-  const Mat w2 = weight_2d(w, x, x2.cols, "linear", "weight");
+  const Mat w2 = weight_2d(w, x, x2.cols, "linear", "weight", true);
   const std::optional<Tensor> b2 = bias_1d(b, x, w2.rows, "linear", "bias");
   return linear_now(x2, w2, ptr_of(b2), act, ctx_for(x, Op::Linear)).t;
 }
@@ -156,8 +171,10 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
   w2.reserve(layers), b2.reserve(layers);
   ChainLayer chain[kMaxChainLayers];
   int64_t cols = x2.cols;
+  bool kmajor = false;  // a K-major weight: the persistent kernel reads weights row-major, so layer by layer
   for (size_t l = 0; l < layers; ++l) {
-    w2.push_back(weight_2d(ws[l], x, cols, "mlp", "weights[i]"));
+    w2.push_back(weight_2d(ws[l], x, cols, "mlp", "weights[i]", true));
+    kmajor = kmajor || w2[l].kmajor;
     b2.push_back(bs.empty() ? std::nullopt : bias_1d(bs[l], x, w2[l].rows, "mlp", "biases[i]"));
     if (l < kMaxChainLayers)
       chain[l] = {w2[l].ptr(), nullptr, ptr_of(b2[l]), nullptr, nullptr, w2[l].rows, cols, l + 1 == layers ? Act::None : act};
@@ -165,7 +182,8 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
   }
   // One persistent kernel for the whole chain where the table says so and it can take the call, else a step
   // per layer (each planned here: path table, alignment, cached cuBLASLt plans).
-  const ChainPlan fused = plan_chain(c, x2.rows, chain, static_cast<int>(layers), dt, alignment_of(x2.ptr()));
+  const ChainPlan fused =
+      kmajor ? ChainPlan{} : plan_chain(c, x2.rows, chain, static_cast<int>(layers), dt, alignment_of(x2.ptr()));
   std::vector<LinearPlan> plans;
   std::vector<size_t> at(layers, 0);
   plans.reserve(layers);
@@ -175,7 +193,8 @@ std::vector<Tensor> mlp_chain(const Tensor& x, const std::vector<Tensor>& ws, co
     const Act a = l + 1 == layers ? Act::None : act;
     if (!fused.run)
       plans.push_back(plan_linear(c, x2.rows, w2[l].rows, w2[l].cols, a, b2[l].has_value(), dt, align_in,
-                                  alignment_of(w2[l].ptr()), alignment_of(ptr_of(b2[l])), s));
+                                  alignment_of(w2[l].ptr()), alignment_of(ptr_of(b2[l])), s, kFreshAlign,
+                                  w2[l].kmajor));
     if (!keep && l + 1 < layers) at[l] = s.reserve(static_cast<size_t>(x2.rows * w2[l].rows) * x2.t.element_size());
     align_in = kFreshAlign;
   }
@@ -357,7 +376,7 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
   if (m == 0) {
     result[0] = new_rows(x, x.cols).t;
     for (size_t i = 0; i < layers; ++i) {
-      result[1 + i] = new_zeros(w[i].t, {w[i].rows, w[i].cols});
+      result[1 + i] = weight_grad(w[i], true);
       result[1 + layers + i] = new_zeros(w[i].t, {has_bias ? w[i].rows : 0});
     }
     return result;
@@ -365,15 +384,17 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
   auto allocate_results = [&] {
     result[0] = new_rows(x, x.cols).t;
     for (size_t i = 0; i < layers; ++i) {
-      result[1 + i] = empty_on(w[i].t, {w[i].rows, w[i].cols});
+      result[1 + i] = weight_grad(w[i]);
       result[1 + layers + i] = empty_on(w[i].t, {has_bias ? w[i].rows : 0});
     }
   };
   // Small batches: the whole backward in one persistent kernel (chain.h) where the path table says so and it
-  // can take the call (not with gradients flowing into hidden outputs: that is the layer-by-layer path's add).
-  bool hidden_grads = false;
+  // can take the call (not with gradients flowing into hidden outputs: that is the layer-by-layer path's add;
+  // not with K-major weights, which it reads row-major).
+  bool hidden_grads = false, kmajor = false;
   for (const Tensor& h : hidden) hidden_grads = hidden_grads || h.numel() > 0;
-  if (!hidden_grads && layers <= static_cast<size_t>(kMaxChainLayers)) {
+  for (const Mat& wi : w) kmajor = kmajor || wi.kmajor;
+  if (!hidden_grads && !kmajor && layers <= static_cast<size_t>(kMaxChainLayers)) {
     ChainBackwardLayer cb[kMaxChainLayers];
     for (size_t i = 0; i < layers; ++i)
       cb[i] = {w[i].ptr(), (i == 0 ? x : outs[i - 1]).ptr(), outs[i].ptr(), nullptr, nullptr, nullptr,
@@ -422,11 +443,17 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
     const int align_dz = l.dz < 0 ? alignment_of(dy.ptr()) : kFreshAlign;
     if (acts[i] != Act::None && acts[i] != Act::Relu)
       l.pre = plan_linear(c, m, w[i].rows, w[i].cols, Act::None, has_bias, dt, alignment_of(in.ptr()),
-                          alignment_of(w[i].ptr()), alignment_of(ptr_of(b[i])), s);
-    l.dw = has_bias ? gemms.plan_with_bias_grad(w[i].rows, w[i].cols, m, align_dz, alignment_of(in.ptr())) : nullptr;
-    l.db_in_dw = l.dw != nullptr;
-    if (!l.dw) l.dw = gemms.plan(w[i].rows, w[i].cols, m, true, false, false, align_dz, alignment_of(in.ptr()), kFreshAlign);
-    l.dx = gemms.plan(m, w[i].cols, w[i].rows, false, false, false, align_dz, alignment_of(w[i].ptr()), kFreshAlign);
+                          alignment_of(w[i].ptr()), alignment_of(ptr_of(b[i])), s, kFreshAlign, w[i].kmajor);
+    if (w[i].kmajor) {  // dW stored K-major: its [K, N] buffer = in^T dz (the bias gradient by a column sum)
+      l.dw = gemms.plan(w[i].cols, w[i].rows, m, true, false, false, alignment_of(in.ptr()), align_dz, kFreshAlign);
+      l.db_in_dw = false;
+    } else {
+      l.dw = has_bias ? gemms.plan_with_bias_grad(w[i].rows, w[i].cols, m, align_dz, alignment_of(in.ptr())) : nullptr;
+      l.db_in_dw = l.dw != nullptr;
+      if (!l.dw) l.dw = gemms.plan(w[i].rows, w[i].cols, m, true, false, false, align_dz, alignment_of(in.ptr()), kFreshAlign);
+    }
+    // dX = dz w: w is b stored [K_gemm = N, N_gemm = K] row-major, or K-major ([K, N]: trans_b).
+    l.dx = gemms.plan(m, w[i].cols, w[i].rows, false, w[i].kmajor, false, align_dz, alignment_of(w[i].ptr()), kFreshAlign);
     g = l.din;
   }
   gemms.reserve(s);
@@ -453,7 +480,10 @@ std::vector<Tensor> chain_backward(const Mat& dy, const std::vector<Tensor>& hid
       act_backward(grad, pre, dz, m * n, acts[i], dt, c.stream);
     }
     void* db = has_bias ? result[1 + layers + i].mutable_data_ptr() : nullptr;
-    gemms.run(l.dw, s, dz, in.ptr(), result[1 + i].mutable_data_ptr(), c.stream, l.db_in_dw ? db : nullptr);
+    if (w[i].kmajor)
+      gemms.run(l.dw, s, in.ptr(), dz, result[1 + i].mutable_data_ptr(), c.stream);
+    else
+      gemms.run(l.dw, s, dz, in.ptr(), result[1 + i].mutable_data_ptr(), c.stream, l.db_in_dw ? db : nullptr);
     if (has_bias && !l.db_in_dw) column_sum(dz, db, m, n, dt, c.stream);
     gemms.run(l.dx, s, dz, w[i].ptr(), at(l.din), c.stream);
   }
@@ -465,7 +495,7 @@ std::vector<Tensor> linear_backward(Tensor grad, Tensor x, Tensor w, std::option
   const Act act = parse_activation(activation);
   const Mat x2 = as_rows(x, "linear backward", "x");
   OnDevice on(x);
-  const Mat w2 = weight_2d(w, x, x2.cols, "linear backward", "weight");
+  const Mat w2 = weight_2d(w, x, x2.cols, "linear backward", "weight", true);
   const std::optional<Tensor> b2 = bias_1d(b, x, w2.rows, "linear backward", "bias");
   const Mat dy = as_rows(grad, "linear backward", "grad"), y2 = as_rows(y, "linear backward", "y");
   return chain_backward(dy, {}, x2, {w2}, {b2}, {y2}, {act}, ctx_for(x, Op::Linear));
@@ -490,7 +520,7 @@ std::vector<Tensor> mlp_backward(Tensor grad, std::vector<Tensor> hidden, Tensor
   std::vector<Act> acts;
   int64_t cols = x2.cols;
   for (size_t l = 0; l < layers; ++l) {
-    w2.push_back(weight_2d(ws[l], x, cols, "mlp backward", "weights[i]"));
+    w2.push_back(weight_2d(ws[l], x, cols, "mlp backward", "weights[i]", true));
     b2.push_back(bs.empty() ? std::nullopt : bias_1d(bs[l], x, w2[l].rows, "mlp backward", "biases[i]"));
     out2.push_back(as_rows(outs[l], "mlp backward", "outputs[i]"));
     acts.push_back(l + 1 == layers ? Act::None : act);

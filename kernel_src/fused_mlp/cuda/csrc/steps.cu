@@ -64,13 +64,13 @@ Impl fallback_impl(Step step) { return static_cast<Impl>(kFallbackImpl[static_ca
 }  // namespace
 
 LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
-                       int align_x, int align_w, int align_b, Scratch& s, int align_y) {
+                       int align_x, int align_w, int align_b, Scratch& s, int align_y, bool w_kmajor) {
   LinearPlan p;
   p.m = m, p.n = n, p.k = k, p.act = act, p.has_bias = has_bias, p.dtype = dtype;
   p.impl = choose_impl(Step::Linear, c.op, c.sm, m, c.captured);
   if (m == 0 || n == 0) return p;
   const int dt = cubin_dtype(dtype);
-  if (decode_wanted(Step::Linear, c.sm, n * k * static_cast<long long>(element_bytes(dtype))) &&
+  if (!w_kmajor && decode_wanted(Step::Linear, c.sm, n * k * static_cast<long long>(element_bytes(dtype))) &&
       portable_fits(dt, m, n, k, {align_x, align_w, has_bias ? align_b : 16, align_y})) {
     p.cubin = find_cubin({Step::Linear, Impl::Gemv, c.sm, dt, static_cast<int>(act), has_bias, false, m, n, c.sms});
     if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
@@ -81,7 +81,7 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
     p.cubin = nullptr;
     if (p.impl == Impl::Gemv) p.impl = fallback_impl(Step::Linear);
   }
-  if (p.impl == Impl::Triton || p.impl == Impl::Tma) {
+  if (!w_kmajor && (p.impl == Impl::Triton || p.impl == Impl::Tma)) {  // their cubins read w row-major
     const bool tma = p.impl == Impl::Tma;
     const int ab = has_bias ? align_b : 16;
     const bool fits = tma ? dt >= 0 && tma_fits({align_x, align_w, ab, align_y}, {k, n}, m)
@@ -99,7 +99,8 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
   bool fused = false;
   const Epilogue epi = epilogue_for(act, has_bias, &fused);
   p.act_kernel = !fused;
-  p.gemm = gemm_plan({m, n, k, false, true, false, epi, dtype, align_x, align_w, align_y, has_bias ? align_b : 16});
+  // b = w: stored [N, K] (trans_b), or as the [K, N] buffer of a K-major weight.
+  p.gemm = gemm_plan({m, n, k, false, !w_kmajor, false, epi, dtype, align_x, align_w, align_y, has_bias ? align_b : 16});
   p.scratch = s.reserve(gemm_workspace_bytes(p.gemm));
   return p;
 }

@@ -21,7 +21,8 @@ Ctx ctx_for(const Tensor& x, Op op);
 
 // y[M,N] = act(x[M,K] w[N,K]^T + b): one Triton GEMM with the epilogue fused (portable or Hopper family),
 // or cuBLASLt (+1 kernel for gelu/silu). `align_*` are the operands' alignments (alignment_of, or
-// kFreshAlign for our own buffers).
+// kFreshAlign for our own buffers). `w_kmajor`: w is stored as its transpose, a row-major [K, N] buffer
+// (transformers' Conv1D weight, read in place): only cuBLASLt reads that layout, so the call goes there.
 struct LinearPlan {
   Impl impl;
   const TritonCubin* cubin = nullptr;
@@ -34,7 +35,8 @@ struct LinearPlan {
   size_t scratch = 0;  // offset of this step's workspace in the call's Scratch
 };
 LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act act, bool has_bias, ScalarType dtype,
-                       int align_x, int align_w, int align_b, Scratch& s, int align_y = kFreshAlign);
+                       int align_x, int align_w, int align_b, Scratch& s, int align_y = kFreshAlign,
+                       bool w_kmajor = false);
 void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* w, const void* b,
                 void* y);
 
