@@ -100,8 +100,10 @@ class GPT2MLP(nn.Module):
     """dropout(c_proj(act(c_fc(x)))) of transformers' GPT2MLP as one fused `mlp` call.
 
     Conv1D keeps its weight as [in, out] (x @ W + b) where the ops take [out, in]: each weight goes in as its
-    transpose, a view of the module's own parameter, which the op lays out row-major for its kernels on
-    every call: a copy of both weights per forward, until the ops read K-major weights.
+    transpose, a view of the module's own parameter, which `mlp` reads in place as a K-major weight (no copy,
+    forward or backward; the weight's gradient comes back in the parameter's [in, out] layout). The CUDA
+    backend runs such layers on cuBLASLt; the Triton backend on its K-major kernel (or cuBLAS / the Hopper
+    kernel where its tables say so).
     """
 
     can_torch_compile = True
