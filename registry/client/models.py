@@ -19,7 +19,6 @@ as `kernelize` gives a module without a kernel. Modules of one class and shape s
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 
 from .check import cache_key
-from .shape_speed import Shape, timed_verdicts
+from .shape_speed import Shape, shape_forward, shape_inputs, timed_verdicts
 from .speed_records import MARGIN
 
 GATED, GPT2 = "GatedMLP", "GPT2MLP"
@@ -97,7 +96,7 @@ def _fits(module: nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class RowSpeed:
-    """One row bucket: the path the kernel takes there, µs of our op and of the eager reference."""
+    """One row bucket: the kernels our op launched there, µs of our op and of the eager reference."""
 
     rows: int
     path: str
@@ -216,7 +215,7 @@ def kernel_report(model: nn.Module, *, restore: bool = True) -> KernelReport:
         )
         verdict = v[shape]
         speeds = tuple(
-            RowSpeed(rows, _path(pkg, layer, rows, device), c.kernel_us, c.fallback_us, c.ratio)
+            RowSpeed(rows, _path(pkg, shape, rows, device), c.kernel_us, c.fallback_us, c.ratio)
             for c in verdict.cases
             for rows in [int(c.workload.rpartition("M=")[2])]
         )
@@ -255,7 +254,7 @@ def _shape(pkg: ModuleType, module: nn.Module, layer: str, dtype: torch.dtype) -
     name = str(dtype).removeprefix("torch.")
     if layer == GATED:
         return Shape("gated_mlp", _widths(module), pkg.layers.activation_of(module.act_fn), name)
-    return Shape("mlp", _widths(module), pkg.layers.activation_of(module.act), name, bias=True)
+    return Shape("mlp", _widths(module), pkg.layers.activation_of(module.act), name, bias=True, kmajor=True)
 
 
 def _origin(pkg: ModuleType) -> tuple[str, str, str]:
@@ -277,26 +276,27 @@ def _backend(pkg: ModuleType, device: str) -> str:
     return "triton (interpreter)" if getattr(pkg, "INTERPRET", False) else "reference"
 
 
-_OP = {GATED: "gated_mlp", GPT2: "mlp"}
-
-
-def _path(pkg: ModuleType, layer: str, rows: int, device: str) -> str:
-    """The implementation of each step of the layer's op at `rows` rows, from the CUDA build's path table
-    (its rows for calls one by one, at the table's sampled M at or above `rows`); else the backend's name."""
+def _path(pkg: ModuleType, shape: Shape, rows: int, device: str) -> str:
+    """What our op ran at `rows` rows of `shape`: on a GPU the kernels it launched (one call under the profiler,
+    so the decode rule, the path table and every fallback show as they happen), else the backend's name."""
     backend = _backend(pkg, device)
-    if backend != "cuda":
+    if device != "cuda":
         return backend
-    op = _OP[layer]
-    try:
-        ops = getattr(
-            torch.ops, pkg.OPS_NAMESPACE
-        )  # the build's op library, registered when its backend loaded
-        info = json.loads(ops.cuda_build_info(torch.cuda.current_device()))
-    except (AttributeError, RuntimeError, ValueError) as e:  # a build without the table: the report stands
-        return f"cuda (path table unreadable: {type(e).__name__})"
-    steps = []
-    for key, table in info["paths"].items():
-        if key.startswith(f"{op}/") and not key.endswith("chain_backward"):
-            at = next((row for row in table if row[0] >= rows), table[-1])
-            steps.append(f"{key.partition('/')[2]}={at[1]}")
-    return "cuda " + ",".join(steps)
+    from torch.profiler import ProfilerActivity, profile
+
+    a = shape_inputs(shape, rows, device)
+    with torch.no_grad():
+        shape_forward(shape, a, pkg)  # compiles and plans outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            shape_forward(shape, a, pkg)
+            torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [_short_kernel(n) for n in names if not n.startswith(("Memcpy", "Memset"))]
+    return f"{backend}: " + " + ".join(dict.fromkeys(kernels)) if kernels else backend
+
+
+def _short_kernel(name: str) -> str:
+    """A kernel's name without its template arguments and parameter list (cuBLAS's names run to 200 chars)."""
+    base = name.split("<", 1)[0].split("(", 1)[0].strip()
+    return base.rsplit(" ", 1)[-1].rsplit("::", 1)[-1][:48]

@@ -5,8 +5,10 @@ Stable API (the transformers integration calls it once per replaced module):
 
     from registry.client.shape_speed import Shape, kernel_wins, shape_verdicts
 
-    Shape(op, dims, activation, dtype="bfloat16", bias=False)
+    Shape(op, dims, activation, dtype="bfloat16", bias=False, kmajor=False)
         op "gated_mlp": dims (hidden, intermediate); "mlp": (in, h1, ..., out); "linear": (in, out).
+        kmajor: the weights are the transposes of [in, out] tensors (transformers' Conv1D, as in GPT-2), so the
+        check times the layout the model's layers pass, whose paths differ from row-major weights'.
         Wherever a shape is taken, a preset of registry.spec.presets or its name ("llama-3-8b") works too.
     kernel_wins(kernel, shape) -> bool
         True when the loaded `kernel` (a module get_kernel returned) is not slower than its fallback (the
@@ -61,6 +63,7 @@ class Shape:
     activation: str
     dtype: str = "bfloat16"
     bias: bool = False
+    kmajor: bool = False
 
     def __post_init__(self):
         if self.op not in OPS:
@@ -74,11 +77,14 @@ class Shape:
             )
         if self.dtype not in ("float16", "bfloat16", "float32"):
             raise TypeError(f"Shape dtype {self.dtype!r}: use float16, bfloat16 or float32")
+        if self.kmajor and self.op == "gated_mlp":
+            raise ValueError("Shape kmajor: gated_mlp takes row-major [out, in] weights only")
 
     @property
     def key(self) -> str:
         b = "+bias" if self.bias else ""
-        return f"{self.op} {'x'.join(map(str, self.dims))} {self.activation}{b} {self.dtype}"
+        layout = " kmajor" if self.kmajor else ""
+        return f"{self.op} {'x'.join(map(str, self.dims))} {self.activation}{b} {self.dtype}{layout}"
 
 
 def as_shape(s: Shape | Preset | str | Mapping | tuple, dtype: str = "bfloat16") -> Shape:
@@ -120,7 +126,10 @@ def shape_inputs(shape: Shape, rows: int, device: str) -> dict:
         h, i = d
         return {"x": rnd(rows, h), "wg": rnd(i, h, scale=h**-0.5), "wu": rnd(i, h, scale=h**-0.5),
                 "wd": rnd(h, i, scale=i**-0.5)}  # fmt: skip
-    ws = [rnd(o, k, scale=k**-0.5) for k, o in itertools.pairwise(d)]
+    if shape.kmajor:  # [out, in] views of [in, out] tensors, as a Conv1D layer passes its weights
+        ws = [rnd(k, o, scale=k**-0.5).t() for k, o in itertools.pairwise(d)]
+    else:
+        ws = [rnd(o, k, scale=k**-0.5) for k, o in itertools.pairwise(d)]
     bs = [rnd(o) if shape.bias else None for o in d[1:]]
     return {"x": rnd(rows, d[0]), "ws": ws, "bs": bs}
 

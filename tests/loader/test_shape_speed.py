@@ -8,7 +8,7 @@ import re
 import pytest
 from loader_paths import NAMESPACE
 
-from registry.client.shape_speed import Shape, as_shape
+from registry.client.shape_speed import Shape, as_shape, shape_inputs
 
 NO_INTERPRETER = {"TRITON_INTERPRET": "0"}
 GATED = ("gated_mlp", (1024, 4096), "silu", "float32")
@@ -65,6 +65,14 @@ def test_shapes_are_validated_with_what_to_pass():
     )
     assert as_shape("llama-3-8b") == Shape("gated_mlp", (4096, 14336), "silu")
     assert as_shape("gpt2", "float16") == Shape("mlp", (768, 3072, 768), "gelu_tanh", "float16", bias=True)
+    conv = Shape("mlp", (8, 16, 8), "gelu_tanh", "float32", bias=True, kmajor=True)
+    assert conv.key == "mlp 8x16x8 gelu_tanh+bias float32 kmajor" and conv != as_shape(
+        conv.__dict__ | {"kmajor": False}
+    )
+    w = shape_inputs(conv, 2, "cpu")["ws"][0]  # [out, in] as the transpose of an [in, out] tensor
+    assert w.shape == (16, 8) and w.stride() == (1, 16)
+    with pytest.raises(ValueError, match="gated_mlp takes row-major"):
+        Shape("gated_mlp", (8, 16), "silu", kmajor=True)
     with pytest.raises(ValueError, match="gated_mlp takes \\(hidden, intermediate\\)"):
         Shape("gated_mlp", (1, 2, 3), "silu")
     with pytest.raises(ValueError, match="use one of"):

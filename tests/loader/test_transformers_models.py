@@ -157,7 +157,8 @@ def test_report_without_restore_keeps_the_kernels(repo):
     model = kernelized(build("gpt2", "cpu", torch.float32).eval(), repo)
     report = kernel_report(model, restore=False)
     (entry,) = report.modules
-    assert entry.shape == "mlp 64x256x64 gelu_tanh+bias float32", entry.shape
+    # timed with the K-major weights its Conv1D layers pass, the layout whose paths the model runs
+    assert entry.shape == "mlp 64x256x64 gelu_tanh+bias float32 kmajor", entry.shape
     assert entry.layer == "GPT2MLP" and not entry.pays and not entry.restored, entry
     assert "runs our kernel although slower at M=1" in str(report), str(report)
     assert len(replaced_modules(model)) == 2
@@ -220,5 +221,9 @@ def test_real_widths_on_the_gpu(repo, kind):
     model = kernelized(build(kind, "cuda", torch.bfloat16, **REAL[kind]).eval(), repo)
     report = kernel_report(model)
     assert report.modules and all(len(m.rows) == 4 for m in report.modules), str(report)
+    # each bucket names the kernels our op launched there, as the profiler saw them
+    assert all(r.path.startswith("cuda: ") and len(r.path) > 7 for m in report.modules for r in m.rows), str(
+        report
+    )
     out = model.generate(torch.randint(0, 32000, (1, 8), device="cuda"), max_new_tokens=4, do_sample=False)
     assert out.shape == (1, 12)
