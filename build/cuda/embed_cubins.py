@@ -192,17 +192,35 @@ def _cc(arch: str) -> int:
     return arch_notation().parse_arch(arch).number
 
 
-def path_rows(paths) -> list[tuple[int, int, int, int, int, int]]:
-    """(sm, captured, op, step, max_rows, impl) codes of both tables, in table order (what C++ searches)."""
+def _row_bounds(where: str, row: tuple, last: bool) -> tuple[int, str, int]:
+    """(max rows or -1 for any, implementation, min weight bytes or 0) of one path table row, checked: the
+    weight bound a positive int, a key's last row (None, implementation) so that every call finds a row."""
+    if not isinstance(row, tuple) or len(row) not in (2, 3):
+        raise EmbedError(f"{where}: row {row!r} must be (max rows or None, impl[, min weight bytes])")
+    bound, impl, *weight = row
+    min_bytes = weight[0] if weight else 0
+    if weight and (type(min_bytes) is not int or min_bytes <= 0):
+        raise EmbedError(
+            f"{where}: row {row!r}: min weight bytes must be a positive int; leave it out for any"
+        )
+    if last and (bound is not None or weight):
+        raise EmbedError(f"{where}: the last row {row!r} must admit every call: write (None, {impl!r})")
+    return -1 if bound is None else bound, impl, min_bytes
+
+
+def path_rows(paths) -> list[tuple[int, int, int, int, int, int, int]]:
+    """(sm, captured, op, step, max_rows, min_weight_bytes, impl) codes of both tables, in table order (what
+    C++ searches); max_rows -1 admits any M, min_weight_bytes 0 any weights."""
     rows = []
     for captured, table in ((0, paths.PATHS), (1, paths.GRAPH_PATHS)):
         for arch, keys in table.items():
             sm = 0 if arch == "default" else _cc(arch)
             for key, choices in keys.items():
                 op, step = paths.split_key(key)
-                for bound, impl in choices:
-                    rows.append((sm, captured, -1 if op is None else OP_CODES[op], STEP_CODES[step],
-                                 -1 if bound is None else bound, IMPL_CODES[impl]))  # fmt: skip
+                for i, row in enumerate(choices):
+                    bound, impl, min_bytes = _row_bounds(f"{arch} {key}", row, i == len(choices) - 1)
+                    rows.append((sm, captured, -1 if op is None else OP_CODES[op], STEP_CODES[step], bound,
+                                 min_bytes, IMPL_CODES[impl]))  # fmt: skip
     return rows
 
 

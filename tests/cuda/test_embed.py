@@ -13,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "build" / "cuda"))
 import embed_cubins
+import path_oracle
 
 PACKAGE = REPO / "kernel_src" / "fused_mlp"
 PATHS = embed_cubins.load_paths(PACKAGE)
@@ -38,12 +39,30 @@ def test_path_table_is_well_formed():
                 op, step = PATHS.split_key(key)
                 assert op is None or op in PATHS.OPS, key
                 assert rows[-1][0] is None, f"{arch} {key}: the last row must admit any M"
-                bounds = [b for b, _ in rows[:-1]]
+                assert len(rows[-1]) == 2, f"{arch} {key}: the last row must admit any weights"
+                bounds = [row[0] for row in rows[:-1] if len(row) == 2]
                 assert bounds == sorted(bounds), f"{arch} {key}: bounds must grow"
-                assert all(impl in PATHS.IMPLS[step] for _, impl in rows), (arch, key, rows)
+                assert all(row[1] in PATHS.IMPLS[step] for row in rows), (arch, key, rows)
+                for i, row in enumerate(rows):  # no row hidden by an earlier one that admits all it admits
+                    assert not any(_covers(before, row) for before in rows[:i]), (
+                        f"{arch} {key}: {row} is dead"
+                    )
     assert all(i in embed_cubins.IMPL_CODES for impls in PATHS.IMPLS.values() for i in impls)
-    default = {i for rows in PATHS.PATHS["default"].values() for _, i in rows}
+    default = {row[1] for rows in PATHS.PATHS["default"].values() for row in rows}
     assert not default & {impl for _, impl in PATHS.TRITON_KERNELS}, default
+
+
+def _covers(before: tuple, row: tuple) -> bool:
+    """Whether path table row `before` admits every call `row` admits (row bound and min weight bytes)."""
+    rows_ok = before[0] is None or (row[0] is not None and row[0] <= before[0])
+    return rows_ok and (before[2] if len(before) == 3 else 0) <= (row[2] if len(row) == 3 else 0)
+
+
+def test_large_weight_bound_is_the_decode_threshold():
+    """paths.LARGE_WEIGHT_BYTES (stdlib-only, so a copy) is configs.DECODE_MIN_WEIGHT_BYTES on sm_90a."""
+    from fused_mlp.triton import configs
+
+    assert PATHS.LARGE_WEIGHT_BYTES == configs.DECODE_MIN_WEIGHT_BYTES["sm_90a"]
 
 
 def test_op_steps_name_known_ops_and_steps():
@@ -101,18 +120,56 @@ def _path_rows(source: str) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in row.split(",")) for row in re.findall(r"\{([-\d, ]+)\}", block)]
 
 
-def _expected_path_rows() -> list[tuple[int, ...]]:
-    """Both tables as (sm, captured, op, step, bound, impl) codes, written out from the dicts here."""
+def _expected_path_rows(paths=PATHS) -> list[tuple[int, ...]]:
+    """Both tables as (sm, captured, op, step, bound, min weight bytes, impl) codes, written out from the dicts."""
     rows = []
-    for captured, table in ((0, PATHS.PATHS), (1, PATHS.GRAPH_PATHS)):
+    for captured, table in ((0, paths.PATHS), (1, paths.GRAPH_PATHS)):
         for arch, keys in table.items():
             sm = 0 if arch == "default" else embed_cubins.arch_notation().parse_arch(arch).number
             for key, choices in keys.items():
                 op, _, step = key.rpartition("/")
-                for bound, impl in choices:
+                for bound, impl, *weight in choices:
                     rows.append((sm, captured, embed_cubins.OP_CODES[op] if op else -1, embed_cubins.STEP_CODES[step],
-                                 -1 if bound is None else bound, embed_cubins.IMPL_CODES[impl]))  # fmt: skip
+                                 -1 if bound is None else bound, weight[0] if weight else 0,
+                                 embed_cubins.IMPL_CODES[impl]))  # fmt: skip
     return rows
+
+
+def test_rows_with_a_weight_bound_are_generated_in_table_order(tmp_path):
+    """A test table with min-weight-bytes rows (a step's key, an op's key, the graph table, the default arch):
+    each row's bound lands in the generated kPathRows beside its M bound, in table order; rows without one 0."""
+    large = PATHS.LARGE_WEIGHT_BYTES
+    package = path_oracle.package_with_rows(tmp_path / "pkg", path_oracle.WEIGHT_ROWS)
+    embed_cubins.write_sources(tmp_path / "gen", package, None, None, "AOT off")
+    rows = _path_rows((tmp_path / "gen" / embed_cubins.GEN_SOURCE).read_text())
+    paths = embed_cubins.load_paths(package)
+    assert rows == _expected_path_rows(paths) == embed_cubins.path_rows(paths)
+    codes, impl = embed_cubins.STEP_CODES, embed_cubins.IMPL_CODES
+    gate_up = [r for r in rows if r[:4] == (90, 0, -1, codes["gate_up"])]
+    assert gate_up == [(90, 0, -1, 1, 256, 0, impl["triton"]), (90, 0, -1, 1, 2048, large, impl["split"]),
+                       (90, 0, -1, 1, -1, 0, impl["tma"])]  # fmt: skip
+    assert (0, 0, -1, codes["linear"], -1, large, impl["tma"]) in rows  # the default arch
+    assert (90, 1, -1, codes["chain"], 64, large, impl["persistent"]) in rows  # the graph table
+    assert sum(r[5] > 0 for r in rows) == 5 and sum(r[5] > 0 for r in _expected_path_rows()) == 0
+
+
+@pytest.mark.parametrize(
+    ("rows", "error"),
+    [
+        ('((256, "triton", 0), (None, "tma"))', "positive int"),
+        ('((256, "triton", 1.5), (None, "tma"))', "positive int"),
+        ('((256, "triton", True), (None, "tma"))', "positive int"),
+        ('((256, "triton", 1, 2), (None, "tma"))', "must be \\(max rows"),
+        ('((256, "triton"), (None, "tma", LARGE_WEIGHT_BYTES))', "last row .* must admit every call"),
+        ('((256, "triton"), (4096, "tma"))', "last row .* must admit every call"),
+    ],
+)
+def test_malformed_weight_rows_fail_the_build(tmp_path, rows, error):
+    """The build refuses a row it would compile wrongly, naming the key: a weight bound that is not a positive
+    int, a row of other length, a key whose last row does not admit every call (C++ would find no row)."""
+    package = path_oracle.package_with_rows(tmp_path, f'PATHS["sm_90a"]["gate_up"] = {rows}')
+    with pytest.raises(embed_cubins.EmbedError, match=f"sm_90a gate_up: .*{error}"):
+        embed_cubins.write_sources(tmp_path / "gen", package, None, None, "AOT off")
 
 
 def test_without_cubins_only_the_path_table_is_written(tmp_path):

@@ -1,4 +1,4 @@
-"""Which implementation runs each step of the CUDA backend's ops, per GPU arch and row count.
+"""Which implementation runs each step of the CUDA backend's ops, per GPU arch, row count and weight size.
 
 Data only, read at build time: build/cuda/embed_cubins.py compiles this table into the extension
 (`_C.abi3.so`) and embeds the Triton cubins that the table's "triton" rows need, so a call picks its
@@ -54,8 +54,21 @@ The C++ side asks the stream it launches on (cudaStreamIsCapturing) which table 
 
 Keys: a step, or "op/step" for one op only (ops: linear, mlp, gated_mlp, act_and_mul, and gated_mlp_train: the
 gated MLP's training forward, which also stores (g, u)), which wins over the step's own rows. Rows: (max rows M
-or None for any, implementation); the first row whose bound admits M wins. An arch without an entry uses
-"default". The measurements behind each row: bench/BENCHMARKS.md ("Path table"), from bench/bench_paths.py.
+or None for any, implementation), or (max rows M or None, implementation, min weight bytes): searched in order,
+the first row that admits the call wins; a row admits M <= its max rows, and with a third element only calls
+whose weight bytes are at least that many (what is fastest changes with the weights' size: rows measured on
+the project's 2-9 MiB weights need not hold at real models' widths). A key's last row admits every call:
+(None, implementation). An arch without an entry uses "default". cuda_build_info reports the choices per M for
+small weights ("paths") and at each weight bound ("paths_by_weight"). The measurements behind each row:
+bench/BENCHMARKS.md ("Path table"), from bench/bench_paths.py.
+Weight bytes of a call, per step (element size of its dtype, the decode rule's numbers for linear and gate_up):
+- `linear`: N x K of its weight (each `mlp` layer, the gated down projection and split's gate and up GEMMs
+  alone);
+- `gate_up`: 2 x I x K (gate and up together);
+- `act_and_mul`: inside split, the gate_up's 2 x I x K; the `act_and_mul` op has no weights: 0;
+- `chain`: the largest layer's (a gated layer counts gate and up together, as gate_up does; a chain longer than
+  the persistent kernel's 8 layers runs its layers anyway, so its first 8 are looked at);
+- `chain_backward`: the largest layer's, as `chain`.
 """
 
 from __future__ import annotations
@@ -99,7 +112,12 @@ TRITON_KERNELS = {
     ("gate_up", "gemv"): ("gemv_gate_up_kernel", "gemv_gate_up"),
 }
 
-Rows = tuple[tuple[int | None, str], ...]
+Rows = tuple[tuple[int | None, str] | tuple[int | None, str, int], ...]
+
+# A row's min weight bytes for real models' widths (e.g. `(2048, "split", LARGE_WEIGHT_BYTES)`): the decode
+# rule's threshold on sm_90a (configs.DECODE_MIN_WEIGHT_BYTES, which tests/cuda/test_embed.py keeps equal; this
+# module stays stdlib-only, so it cannot import it).
+LARGE_WEIGHT_BYTES = 16 << 20
 
 PATHS: dict[str, dict[str, Rows]] = {
     # Calls one at a time: small batches are host-bound, so a Triton launch wins until cuBLASLt's faster GEMM

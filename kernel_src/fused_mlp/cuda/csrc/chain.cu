@@ -258,7 +258,11 @@ size_t layout(const ChainLayer* layers, int count, int grid, int m_tiles, LayerA
 
 ChainPlan plan_chain(const Ctx& c, long long m, const ChainLayer* layers, int count, ScalarType dtype, int align_x) {
   ChainPlan p;
-  if (choose_impl(Step::Chain, c.op, c.sm, m, c.captured) != Impl::Persistent) return p;
+  long long weight_bytes = 0;  // the largest layer's, gate and up together (paths.py); past 8 layers: refused below
+  for (int l = 0; l < std::min(count, kMaxChainLayers); ++l)
+    weight_bytes = std::max(weight_bytes, layers[l].n * layers[l].k * (layers[l].w_up != nullptr ? 2 : 1));
+  weight_bytes *= static_cast<long long>(element_bytes(dtype));
+  if (choose_impl(Step::Chain, c.op, c.sm, m, weight_bytes, c.captured) != Impl::Persistent) return p;
   if ((dtype != ScalarType::BFloat16 && dtype != ScalarType::Half) || m < 1 || m > kMaxChainRows || count < 1 ||
       count > kMaxChainLayers || align_x < 16 || c.sm < 80 || c.device >= kMaxDevices)
     return p;

@@ -400,7 +400,11 @@ size_t layout(const ChainBackwardLayer* layers, int count, int grid, int m_tiles
 ChainBackwardPlan plan_chain_backward(const Ctx& c, long long m, const ChainBackwardLayer* layers, int count,
                                       ScalarType dtype, int align_dy) {
   ChainBackwardPlan p;
-  if (choose_impl(Step::ChainBackward, c.op, c.sm, m, c.captured) != Impl::Persistent) return p;
+  long long weight_bytes = 0;  // the largest layer's (a gated layer's n is gate and up: 2 I); past 8: refused below
+  for (int l = 0; l < std::min(count, kMaxChainLayers); ++l)
+    weight_bytes = std::max(weight_bytes, layers[l].n * layers[l].k);
+  weight_bytes *= static_cast<long long>(element_bytes(dtype));
+  if (choose_impl(Step::ChainBackward, c.op, c.sm, m, weight_bytes, c.captured) != Impl::Persistent) return p;
   if ((dtype != ScalarType::BFloat16 && dtype != ScalarType::Half) || m < 1 || m > kMaxChainRows || count < 1 ||
       count > kMaxChainLayers || align_dy < 16 || c.sm < 80 || c.device >= kMaxDevices)
     return p;

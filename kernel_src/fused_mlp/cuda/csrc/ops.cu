@@ -308,7 +308,7 @@ Tensor act_and_mul_op(Tensor gate, Tensor up, std::string activation) {
   const Ctx c = ctx_for(g, Op::ActAndMul);
   Tensor out = empty_rows_like(g, last);
   const bool aligned = alignment_of(g.const_data_ptr()) >= 16 && alignment_of(u.const_data_ptr()) >= 16;
-  const ActAndMulPlan p = plan_act_and_mul(c, rows, g.numel(), act, g.scalar_type(), aligned);
+  const ActAndMulPlan p = plan_act_and_mul(c, rows, g.numel(), act, g.scalar_type(), aligned, 0);  // no weights
   run_act_and_mul(p, c, g.const_data_ptr(), u.const_data_ptr(), out.mutable_data_ptr());
   return out;
 }
@@ -660,8 +660,8 @@ std::string build_info(int64_t device) {
       first_key = false;
       bool first = true;
       for (const long long rows : {1ll, 16ll, 64ll, 256ll, 1024ll, 4096ll, 8192ll}) {
-        const Impl eager = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, false);
-        const Impl graph = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, true);
+        const Impl eager = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, 0, false);
+        const Impl graph = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, 0, true);
         out += std::string(first ? "" : ", ") + "[" + std::to_string(rows) + ", \"" +
                kImplNames[static_cast<int>(eager)] + "\", \"" + kImplNames[static_cast<int>(graph)] + "\"]";
         first = false;

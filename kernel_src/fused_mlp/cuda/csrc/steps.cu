@@ -67,10 +67,11 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
                        int align_x, int align_w, int align_b, Scratch& s, int align_y, bool w_kmajor) {
   LinearPlan p;
   p.m = m, p.n = n, p.k = k, p.act = act, p.has_bias = has_bias, p.dtype = dtype;
-  p.impl = choose_impl(Step::Linear, c.op, c.sm, m, c.captured);
+  const long long weight_bytes = n * k * static_cast<long long>(element_bytes(dtype));
+  p.impl = choose_impl(Step::Linear, c.op, c.sm, m, weight_bytes, c.captured);
   if (m == 0 || n == 0) return p;
   const int dt = cubin_dtype(dtype);
-  if (!w_kmajor && decode_wanted(Step::Linear, c.sm, n * k * static_cast<long long>(element_bytes(dtype))) &&
+  if (!w_kmajor && decode_wanted(Step::Linear, c.sm, weight_bytes) &&
       portable_fits(dt, m, n, k, {align_x, align_w, has_bias ? align_b : 16, align_y})) {
     p.cubin = find_cubin({Step::Linear, Impl::Gemv, c.sm, dt, static_cast<int>(act), has_bias, false, m, n, c.sms});
     if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
@@ -125,10 +126,11 @@ void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void*
   if (p.act_kernel) act_inplace(y, p.m * p.n, p.act, p.dtype, c.stream);
 }
 
-ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned) {
+ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned,
+                               long long weight_bytes) {
   ActAndMulPlan p;
   p.n = n, p.act = act, p.dtype = dtype;
-  p.impl = choose_impl(Step::ActAndMul, c.op, c.sm, rows, c.captured);
+  p.impl = choose_impl(Step::ActAndMul, c.op, c.sm, rows, weight_bytes, c.captured);
   if (p.impl == Impl::Triton) {
     const int dt = cubin_dtype(dtype);
     if (dt >= 0 && aligned && n % 16 == 0 && n <= kI32)
@@ -158,10 +160,11 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
                         int align_wg, int align_wu, bool w_planes, bool up_first, Scratch& s, bool store_gu) {
   GateUpPlan p;
   p.m = m, p.i = i, p.k = k, p.act = act, p.dtype = dtype, p.store_gu = store_gu;
-  p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, c.captured);
+  const long long weight_bytes = 2 * i * k * static_cast<long long>(element_bytes(dtype));
+  p.impl = choose_impl(Step::GateUp, c.op, c.sm, m, weight_bytes, c.captured);
   if (m == 0 || i == 0) return p;
   const int dt = cubin_dtype(dtype);
-  if (!store_gu && decode_wanted(Step::GateUp, c.sm, 2 * i * k * static_cast<long long>(element_bytes(dtype))) &&
+  if (!store_gu && decode_wanted(Step::GateUp, c.sm, weight_bytes) &&
       portable_fits(dt, m, i, k, {align_x, align_wg, align_wu})) {
     p.cubin = find_cubin({Step::GateUp, Impl::Gemv, c.sm, dt, static_cast<int>(act), false, false, m, i, c.sms});
     if (p.cubin != nullptr && k % p.cubin->block_k == 0) {
@@ -201,7 +204,7 @@ GateUpPlan plan_gate_up(const Ctx& c, long long m, long long i, long long k, Act
   }
   p.gate = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wg, 16, s);
   p.up = plan_linear(c, m, i, k, Act::None, false, dtype, align_x, align_wu, 16, s, align_u);
-  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, align_u >= 16);
+  p.mul = plan_act_and_mul(c, m, m * i, act, dtype, align_u >= 16, weight_bytes);
   return p;
 }
 

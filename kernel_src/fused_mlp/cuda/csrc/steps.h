@@ -40,7 +40,8 @@ LinearPlan plan_linear(const Ctx& c, long long m, long long n, long long k, Act 
 void run_linear(const LinearPlan& p, const Ctx& c, const Scratch& s, const void* x, const void* w, const void* b,
                 void* y);
 
-// out[n] = act(gate[n]) * up[n] over `rows` rows (the path table's bound).
+// out[n] = act(gate[n]) * up[n] over `rows` rows (the path table's bound); `weight_bytes`: the gate/up
+// weights' when split runs it, 0 for the act_and_mul op (paths.py).
 struct ActAndMulPlan {
   Impl impl;
   const TritonCubin* cubin = nullptr;
@@ -48,7 +49,8 @@ struct ActAndMulPlan {
   Act act;
   ScalarType dtype;
 };
-ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned);
+ActAndMulPlan plan_act_and_mul(const Ctx& c, long long rows, long long n, Act act, ScalarType dtype, bool aligned,
+                               long long weight_bytes);
 void run_act_and_mul(const ActAndMulPlan& p, const Ctx& c, const void* gate, const void* up, void* out);
 
 // h[M,I] = act(x[M,K] wg[I,K]^T) * (x wu^T): one fused Triton kernel (portable or Hopper), or split into

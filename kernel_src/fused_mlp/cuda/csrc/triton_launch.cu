@@ -141,14 +141,14 @@ double wave_fill(const TritonCubin& c, long long rows, long long cols, int sms) 
   return static_cast<double>(tiles) / static_cast<double>(cdiv(tiles, sms) * sms);
 }
 
-// First row of (sm, captured, op, step) admitting `rows`, or -1 when that group has no rows at all.
-int pick(int sm, int captured, int op, int step, long long rows) {
+// First row of (sm, captured, op, step) admitting `rows` and `weight_bytes`, or -1 when that group has no rows.
+int pick(int sm, int captured, int op, int step, long long rows, long long weight_bytes) {
   bool any = false;
   for (int i = 0; i < kNumPathRows; ++i) {
     const PathRow& r = kPathRows[i];
     if (r.sm != sm || r.captured != captured || r.op != op || r.step != step) continue;
     any = true;
-    if (r.max_rows < 0 || rows <= r.max_rows) return r.impl;
+    if ((r.max_rows < 0 || rows <= r.max_rows) && weight_bytes >= r.min_weight_bytes) return r.impl;
   }
   STD_TORCH_CHECK(!any, "fused_mlp: the path table has no catch-all row for step ", step);
   return -1;
@@ -193,7 +193,7 @@ int device_sm(int device) {
   return sm;
 }
 
-Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured) {
+Impl choose_impl(Step step, Op op, int sm, long long rows, long long weight_bytes, bool captured) {
   const int s = static_cast<int>(step), o = static_cast<int>(op);
   const unsigned off = disabled_impls();
   const int forced = g_override[s].load(std::memory_order_relaxed) - 1;
@@ -201,10 +201,10 @@ Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured) {
   for (const int arch : {sm, 0}) {
     if (!arch_has_rows(arch, 0) && !arch_has_rows(arch, 1)) continue;
     const int mode = captured && arch_has_rows(arch, 1) ? 1 : 0;
-    int impl = pick(arch, mode, o, s, rows);
-    if (impl < 0) impl = pick(arch, mode, -1, s, rows);
-    if (impl < 0 && mode == 1) impl = pick(arch, 0, o, s, rows);
-    if (impl < 0 && mode == 1) impl = pick(arch, 0, -1, s, rows);
+    int impl = pick(arch, mode, o, s, rows, weight_bytes);
+    if (impl < 0) impl = pick(arch, mode, -1, s, rows, weight_bytes);
+    if (impl < 0 && mode == 1) impl = pick(arch, 0, o, s, rows, weight_bytes);
+    if (impl < 0 && mode == 1) impl = pick(arch, 0, -1, s, rows, weight_bytes);
     if (impl >= 0) return off & (1u << impl) ? fallback_of(s) : static_cast<Impl>(impl);
   }
   STD_TORCH_CHECK(false, "fused_mlp: the path table has no row for step ", s);

@@ -1,5 +1,5 @@
 // Triton kernels compiled ahead of time and launched from C++, and the path table that decides, per GPU
-// arch, step and row count, which implementation runs. Both tables are generated at build time by
+// arch, step, row count and weight bytes, which implementation runs. Both tables are generated at build time by
 // build/cuda/embed_cubins.py (from fused_mlp/cuda/paths.py and fused_mlp.triton.aot) into
 // triton_table.gen.cpp; the cubins live in the .so, are loaded with the CUDA runtime's library API and
 // launched through the driver's cuLaunchKernelEx (entry point looked up at run time: no libcuda link).
@@ -41,10 +41,11 @@ struct TritonCubin {
 };
 
 // Path table row: on `sm` (0 = any arch without rows of its own), for calls issued one by one (captured 0)
-// or captured into a CUDA graph (1), `step` of `op` (-1: of every op) with M <= max_rows (-1: any) runs `impl`.
+// or captured into a CUDA graph (1), `step` of `op` (-1: of every op) with M <= max_rows (-1: any) reading at
+// least min_weight_bytes of weights (0: any; paths.py says what a step's weight bytes are) runs `impl`.
 struct PathRow {
   int sm, captured, op, step;
-  long long max_rows;
+  long long max_rows, min_weight_bytes;
   int impl;
 };
 
@@ -76,10 +77,10 @@ int device_sm(int device);
 int device_sms(int device);
 
 // The implementation the path table (or an override, see set_path_override) picks for `step` of `op` at
-// `rows` rows on a device of compute capability `sm`, for a call captured into a graph or not. Search order:
-// this arch's rows, else the default arch's; within them the op's own rows, else the step's; graph rows,
-// else (none for the arch) the stream rows.
-Impl choose_impl(Step step, Op op, int sm, long long rows, bool captured);
+// `rows` rows reading `weight_bytes` of weights (paths.py: per step) on a device of compute capability `sm`,
+// for a call captured into a graph or not. Search order: this arch's rows, else the default arch's; within
+// them the op's own rows, else the step's; graph rows, else (none for the arch) the stream rows.
+Impl choose_impl(Step step, Op op, int sm, long long rows, long long weight_bytes, bool captured);
 // An implementation named in FUSED_MLP_CUDA_DISABLE (comma list, e.g. "tma") is never chosen: its step's
 // fallback runs instead (read once per process; a switch for a path that misbehaves on some machine).
 // Force `step` to `impl` (-1: back to the table) for every later call in this process; for benchmarks that
