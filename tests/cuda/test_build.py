@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "build" / "cuda"))
 import build_variant
 import embed_cubins
+import host_probe
 
 NAMESPACE = "fused_mlp_cibuild0"
 WHY = build_variant.cuda_unavailable_reason(os.environ.get("KERNEL_HUB_CUDA_PYTHON"))
@@ -145,25 +146,11 @@ def test_launcher_picks_cubins_and_paths_in_cpp(built, tmp_path):
     op and M), and
         FUSED_MLP_CUDA_DISABLE turning implementations off."""
     _, _, out = built
-    tools = build_variant.find_toolchain(os.environ.get("KERNEL_HUB_CUDA_PYTHON"))
-    torch_dir = subprocess.run([tools.python, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
-                               capture_output=True, text=True, check=True).stdout.split()[-1]  # fmt: skip
-    csrc = REPO / "kernel_src" / "fused_mlp" / "cuda" / "csrc"
-    probe = tmp_path / "probe"
-    cmd = [str(tools.cuda_home / "bin" / "nvcc"), "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-DUSE_CUDA",
-           "-DTORCH_TARGET_VERSION=0x020b000000000000", f"-DFUSED_MLP_NS={NAMESPACE}", f"-I{csrc}",
-           f"-I{torch_dir}/include", str(REPO / "tests" / "cuda" / "cpp" / "cubin_selection.cu"),
-           str(csrc / "triton_launch.cu"), str(out / "work" / "gen" / embed_cubins.GEN_SOURCE), "-o", str(probe),
-           f"-L{tools.cuda_home / 'lib64'}", "-lcudart"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = host_probe.compile_probe("cubin_selection.cu", out / "work" / "gen" / embed_cubins.GEN_SOURCE,
+                                     tmp_path / "probe", NAMESPACE)  # fmt: skip
 
     def run(**env) -> str:
-        result = subprocess.run(
-            [str(probe)], capture_output=True, text=True, env={**os.environ, **env}, check=False
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        return result.stdout
+        return host_probe.run_probe(probe, **env)
 
     text = run()
     expect = [
