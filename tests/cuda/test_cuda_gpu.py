@@ -36,12 +36,17 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DEV = "cuda"
 
 
-def launched(call, kernel_name: str) -> bool:
-    """Whether `call` launched a CUDA kernel whose name contains `kernel_name` (a profiler trace)."""
+def launched_names(call) -> set[str]:
+    """The names of the CUDA kernels `call` launched (a profiler trace)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         call()
         torch.cuda.synchronize()
-    return any(kernel_name in e.name for e in prof.events())
+    return {e.name for e in prof.events()}
+
+
+def launched(call, kernel_name: str) -> bool:
+    """Whether `call` launched a CUDA kernel whose name contains `kernel_name`."""
+    return any(kernel_name in name for name in launched_names(call))
 
 
 def check_grads(out, inputs, expected, p64, dtype, what, eager=None):

@@ -643,15 +643,10 @@ std::string set_path(std::string step, std::string impl) {
   return before < 0 ? "table" : kImplNames[before];
 }
 
-// What this build embeds and what the path table says for `device`'s arch: one JSON object. "paths" maps
-// "<op>/<step>" to [M, implementation for calls one by one, implementation inside a captured graph] rows.
-std::string build_info(int64_t device) {
-  const int sm = device_sm(static_cast<int>(device));
-  int here = 0;
-  for (int i = 0; i < kNumTritonCubins; ++i) here += kTritonCubins[i].sm == sm;
-  std::string out = std::string("{\"triton\": \"") + kTritonVersion + "\", \"entries\": " +
-                    std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
-                    ", \"sm\": " + std::to_string(sm) + ", \"paths\": {";
+// The path table's choices on `sm` for calls of `weight_bytes` of weights: "<op>/<step>" -> [M, implementation
+// for calls one by one, implementation inside a captured graph] rows, as a JSON object.
+std::string path_choices(int sm, long long weight_bytes) {
+  std::string out = "{";
   bool first_key = true;
   for (int o = 0; o < kNumOps; ++o) {
     for (const int s : kOpSteps[o]) {
@@ -660,8 +655,9 @@ std::string build_info(int64_t device) {
       first_key = false;
       bool first = true;
       for (const long long rows : {1ll, 16ll, 64ll, 256ll, 1024ll, 4096ll, 8192ll}) {
-        const Impl eager = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, 0, false);
-        const Impl graph = choose_impl(static_cast<Step>(s), static_cast<Op>(o), sm, rows, 0, true);
+        const Step step = static_cast<Step>(s);
+        const Impl eager = choose_impl(step, static_cast<Op>(o), sm, rows, weight_bytes, false);
+        const Impl graph = choose_impl(step, static_cast<Op>(o), sm, rows, weight_bytes, true);
         out += std::string(first ? "" : ", ") + "[" + std::to_string(rows) + ", \"" +
                kImplNames[static_cast<int>(eager)] + "\", \"" + kImplNames[static_cast<int>(graph)] + "\"]";
         first = false;
@@ -669,7 +665,31 @@ std::string build_info(int64_t device) {
       out += "]";
     }
   }
-  return out + "}}";
+  return out + "}";
+}
+
+// What this build embeds and what the path table says for `device`'s arch: one JSON object. "paths": the
+// choices (path_choices) for weights under every row's weight bound; "paths_by_weight": for each distinct
+// weight bound B of the rows this arch searches (its own and the default arch's), ascending, {"min_weight_bytes":
+// B, "paths": the choices for calls reading B bytes of weights}.
+std::string build_info(int64_t device) {
+  const int sm = device_sm(static_cast<int>(device));
+  int here = 0;
+  for (int i = 0; i < kNumTritonCubins; ++i) here += kTritonCubins[i].sm == sm;
+  std::vector<long long> bounds;
+  for (int i = 0; i < kNumPathRows; ++i)
+    if ((kPathRows[i].sm == sm || kPathRows[i].sm == 0) && kPathRows[i].min_weight_bytes > 0)
+      bounds.push_back(kPathRows[i].min_weight_bytes);
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  std::string out = std::string("{\"triton\": \"") + kTritonVersion + "\", \"entries\": " +
+                    std::to_string(kNumTritonCubins) + ", \"entries_for_device\": " + std::to_string(here) +
+                    ", \"sm\": " + std::to_string(sm) + ", \"paths\": " + path_choices(sm, 0) +
+                    ", \"paths_by_weight\": [";
+  for (size_t i = 0; i < bounds.size(); ++i)
+    out += std::string(i ? ", " : "") + "{\"min_weight_bytes\": " + std::to_string(bounds[i]) +
+           ", \"paths\": " + path_choices(sm, bounds[i]) + "}";
+  return out + "]}";
 }
 
 }  // namespace
