@@ -222,8 +222,6 @@ def test_real_widths_on_the_gpu(repo, kind):
     report = kernel_report(model)
     assert report.modules and all(len(m.rows) == 4 for m in report.modules), str(report)
     # each bucket names the kernels our op launched there, as the profiler saw them
-    assert all(r.path.startswith("cuda: ") and len(r.path) > 7 for m in report.modules for r in m.rows), str(
-        report
-    )
+    assert all(r.path.partition(": ")[2] for m in report.modules for r in m.rows), str(report)
     out = model.generate(torch.randint(0, 32000, (1, 8), device="cuda"), max_new_tokens=4, do_sample=False)
     assert out.shape == (1, 12)
