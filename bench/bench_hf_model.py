@@ -9,7 +9,7 @@ only: the 8B copy would not fit beside it), and the MLP blocks' share of a decod
 blocks at the decode shape in one CUDA graph, over the step's time). Ours gets `kernel_report`: each block's
 variant, path and speed-up at its shapes. Row "ours" runs every block on our kernel; where the report finds a
 block slower than its own forward, row "ours, report" runs what `kernel_report` leaves the user (those blocks
-on their own forward).
+on their own forward at the row counts where ours is slower).
 Models: llama-3.2-1b (16 layers, H=2048, I=8192) and llama-3-8b's widths (H=4096, I=14336) in --layers-8b of
 its 32 layers. Compile rows run last, while --deadline-s allows: each compiles for tens of seconds.
 

@@ -45,8 +45,15 @@ def ops_goals(ops: dict, ours: str) -> list[Goal]:
         by.setdefault(r["case"], {})[r["impl"]] = r
     out = []
     for issue, goal, case, metric, bound in OPS_BOUNDS:
-        got = by.get(case, {}).get(ours, {}).get(metric)
-        out.append((issue, goal, _fmt(got), f"≤ {bound:g}", got is not None and got <= bound))
+        got, card = (
+            by.get(case, {}).get(ours, {}).get(metric),
+            goal.rpartition("(")[2].rstrip(")"),
+        )  # "(H100)"
+        other = goal.endswith(")") and card not in ops.get("environment", {}).get(
+            "gpu", ""
+        )  # another card's goal
+        out.append((issue, goal, _fmt(got), f"≤ {bound:g}" + (f" on the {card}" if other else ""),
+                    not other and got is not None and got <= bound))  # fmt: skip
     for metric in ("gpu_us", "wall_us"):
         lost, slower, rows = [], [], 0
         for case, impls in by.items():

@@ -13,8 +13,10 @@ mapped to our layer. The layers read the module's own parameters: nothing is cop
 `kernel_report` then asks the loader's speed check at the user's shapes (`shape_speed.timed_verdicts`) about
 each replaced module's widths, activation and dtype: our op against the package's eager reference (what the
 module's own forward computes) at the decode-to-prefill row buckets of `shape_speed.ROWS`, timed once per GPU
-and cached like get_kernel's verdicts. A module whose kernel is slower at any bucket gets its own forward back,
-as `kernelize` gives a module without a kernel. Modules of one class and shape share a verdict.
+and cached like get_kernel's verdicts. A module whose kernel is slower at some buckets runs its own forward for the
+calls of those buckets and ours for the others (`row_dispatch`: a decode step at one row can stay eager while
+batched decode and prefill run our kernel); slower at every bucket, it gets its own forward back, as `kernelize`
+gives a module without a kernel. Modules of one class and shape share a verdict.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from types import MethodType, ModuleType
 import torch
 from torch import nn
 
+from . import row_dispatch
 from .check import cache_key
 from .shape_speed import Shape, shape_forward, shape_inputs, timed_verdicts
-from .speed_records import MARGIN
 
 GATED, GPT2 = "GatedMLP", "GPT2MLP"
 
@@ -103,6 +105,7 @@ class RowSpeed:
     kernel_us: float
     fallback_us: float
     ratio: float  # kernel / fallback, as the speed check decides it
+    wins: bool  # not slower than the fallback here, within the speed check's margin
 
     @property
     def speedup(self) -> float:
@@ -125,19 +128,21 @@ class ModuleReport:
     shape: str  # the speed check's shape key, e.g. `gated_mlp 2048x8192 silu bfloat16`
     rows: tuple[RowSpeed, ...]
     pays: bool  # not slower than the eager reference (beyond the speed check's margin) at any row bucket
-    restored: bool  # the modules run their own forward again
+    restored: bool  # the modules run their own forward again, at every row count
     cached: bool  # the verdict came from the speed cache (timed before on this GPU)
+    own_at: tuple[int, ...]  # row buckets where they run their own forward (row_dispatch), else ours
 
     def verdict(self) -> str:
         if self.pays:
             return "runs our kernel"
         slow = ", ".join(
-            f"M={r.rows} ({r.kernel_us:.1f} vs {r.fallback_us:.1f} µs)"
-            for r in self.rows
-            if r.ratio > 1 + MARGIN[self.device]
+            f"M={r.rows} ({r.kernel_us:.1f} vs {r.fallback_us:.1f} µs)" for r in self.rows if not r.wins
         )
         if self.restored:
             return f"keeps its own forward: kernel slower at {slow}"
+        if self.own_at:
+            ours = ", ".join(f"M={r.rows}" for r in self.rows if r.rows not in self.own_at)
+            return f"runs our kernel at {ours}; its own forward where the kernel is slower: {slow}"
         return f"runs our kernel although slower at {slow} (restore=False)"
 
 
@@ -167,12 +172,24 @@ class KernelReport:
         return {"modules": [asdict(m) for m in self.modules]}
 
     def restore_slower(self, model: nn.Module) -> list[str]:
-        """Give the modules whose kernel does not pay their own forward (what `restore=True` does); their names."""
-        slower = {n for m in self.modules if not m.pays for n in m.names}
+        """Give the modules whose kernel does not pay their own forward where it loses (what `restore=True`
+        does); their names."""
+        slower = {n: m for m in self.modules if not m.pays for n in m.names}
         for name, module in model.named_modules():
             if name in slower:
-                _own_forward(module)
+                _keep_own_where_slower(module, slower[name].rows)
         return sorted(slower)
+
+
+def _keep_own_where_slower(module: nn.Module, rows: tuple[RowSpeed, ...]) -> tuple[int, ...]:
+    """Own forward at the row buckets where the kernel lost, ours at the others (row_dispatch); the own-forward
+    buckets."""
+    lost = tuple(r.rows for r in rows if not r.wins)
+    if len(lost) == len(rows):
+        _own_forward(module)
+    elif lost:
+        row_dispatch.install(module, frozenset(lost), tuple(r.rows for r in rows))
+    return lost
 
 
 def _own_forward(module: nn.Module) -> None:
@@ -186,7 +203,7 @@ def replaced_modules(model: nn.Module) -> list[tuple[str, nn.Module, ModuleType,
     of a kernel package."""
     found = []
     for name, module in model.named_modules():
-        fwd = module.__dict__.get("forward")
+        fwd = row_dispatch.kernel_forward(module) or module.__dict__.get("forward")
         if not isinstance(fwd, MethodType) or fwd.__func__ is type(module).forward:
             continue
         pkg = sys.modules.get(fwd.__func__.__module__.rpartition(".")[0])
@@ -198,7 +215,8 @@ def replaced_modules(model: nn.Module) -> list[tuple[str, nn.Module, ModuleType,
 
 def kernel_report(model: nn.Module, *, restore: bool = True) -> KernelReport:
     """The speed check at each replaced module's shape (module docstring); with `restore`, a module whose kernel
-    is slower at any row bucket gets its own forward back."""
+    is slower at some row buckets runs its own forward at those (row_dispatch), and at every row count when the
+    kernel is slower at all of them."""
     groups: dict[tuple, list] = {}
     for name, module, pkg, layer in replaced_modules(model):
         p = next(module.parameters())
@@ -215,13 +233,14 @@ def kernel_report(model: nn.Module, *, restore: bool = True) -> KernelReport:
         )
         verdict = v[shape]
         speeds = tuple(
-            RowSpeed(rows, _path(pkg, shape, rows, device), c.kernel_us, c.fallback_us, c.ratio)
+            RowSpeed(rows, _path(pkg, shape, rows, device), c.kernel_us, c.fallback_us, c.ratio, c.passed)
             for c in verdict.cases
             for rows in [int(c.workload.rpartition("M=")[2])]
         )
+        own_at = ()
         if restore and not verdict.faster:
             for _, mod, _, _ in members:
-                _own_forward(mod)
+                own_at = _keep_own_where_slower(mod, speeds)
         reports.append(
             ModuleReport(
                 tuple(n for n, *_ in members),
@@ -236,8 +255,9 @@ def kernel_report(model: nn.Module, *, restore: bool = True) -> KernelReport:
                 shape.key,
                 speeds,
                 verdict.faster,
-                restore and not verdict.faster,
+                bool(speeds) and len(own_at) == len(speeds),
                 verdict.cached,
+                own_at,
             )
         )
     return KernelReport(tuple(reports))

@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers
 from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping
+from loader_paths import NAMESPACE
 
 from registry import kernel_report, mlp_kernel_mapping
 from registry.client.models import replaced_modules
@@ -164,6 +165,45 @@ def test_report_without_restore_keeps_the_kernels(repo):
     assert len(replaced_modules(model)) == 2
     assert report.restore_slower(model) == ["transformer.h.0.mlp", "transformer.h.1.mlp"]
     assert replaced_modules(model) == []
+
+
+# Right numbers at every row count, but 10 ms of waiting per one-row call and eager's speed at the others.
+SLOW_AT_ONE_ROW = (
+    "return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)",
+    (
+        "if x.numel() == x.shape[-1]:\n"
+        "        __import__('time').sleep(0.01)\n"
+        "    return reference.gated_mlp(x, w_gate, w_up, w_down, activation)"
+    ),
+)
+
+
+def test_report_keeps_the_own_forward_only_where_the_kernel_loses(hub, publisher, tmp_path, monkeypatch):
+    """A kernel slower at one row only: the blocks run their own forward for one-row calls (a decode step at
+    batch 1) and our kernel for the others, and the report says which runs where."""
+    publisher.publish(
+        "slow-at-one-row", publisher.build("slow-at-one-row", patch={"__init__.py": SLOW_AT_ONE_ROW})
+    )
+    point_clients_at(monkeypatch, hub.url, tmp_path / "clients")
+    model = kernelized(build("llama", "cpu", torch.float32).eval(), f"{NAMESPACE}/slow-at-one-row")
+    report = kernel_report(model)
+    (entry,) = report.modules
+    assert [(r.rows, r.wins) for r in entry.rows] == [(1, False), (16, True)], str(report)
+    assert entry.own_at == (1,) and not entry.restored and not entry.pays, entry
+    assert "runs our kernel at M=16; its own forward where the kernel is slower: M=1" in str(report), str(
+        report
+    )
+    assert len(replaced_modules(model)) == 2  # still ours, behind the row dispatch
+    (_, _, pkg, _), _ = replaced_modules(model)
+    calls, gated = [], pkg.reference.gated_mlp  # what the slowed build's op runs
+    monkeypatch.setattr(pkg.reference, "gated_mlp", lambda *a: calls.append(a[0].shape) or gated(*a))
+    eager = build("llama", "cpu", torch.float32).eval()
+    with torch.no_grad():
+        for batch, seq, want_calls in ((1, 1, 0), (1, 4, 2), (2, 1, 2)):  # rows 1: own forward; 2 and 4: ours
+            ids = torch.randint(0, 128, (batch, seq))
+            calls.clear()
+            assert rel_err(model(ids).logits, eager(ids).logits) <= TOL[torch.float32]
+            assert len(calls) == want_calls, (batch, seq, calls)
 
 
 @use_kernel_forward_from_hub("SwiGLUMLP")
