@@ -50,7 +50,3 @@ def install(module: nn.Module, own_at: frozenset[int], buckets: tuple[int, ...])
 
     setattr(forward, ATTR, d)
     module.forward = forward
-
-
-def dispatch_of(module: nn.Module) -> Dispatch | None:
-    return getattr(module.__dict__.get("forward"), ATTR, None)
