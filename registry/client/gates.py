@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .check import CheckCrashed, CheckResult, cache_key, checked
 from .plan import Load, Refused
+from .shape_dispatch import losing_buckets
 from .shape_speed import timed_verdicts
 from .speed import SpeedCheckCrashed, SpeedResult, speed_checked
 from .speed_records import BASELINE
@@ -48,26 +49,24 @@ def speed_gate(load: Load, module, reference, api: list[str], variant: str) -> S
     return result
 
 
-def shape_gate(load: Load, module, reference, shapes, variant: str) -> list[dict]:
-    """The user's shapes (get_kernel's `shapes`) timed per `load.speed_check`: their verdicts; any shape where
-    the kernel is slower than its fallback refuses it."""
+def shape_gate(load: Load, module, reference, shapes, variant: str) -> tuple[list[dict], dict]:
+    """The user's shapes (get_kernel's `shapes`) timed per `load.speed_check`: their verdicts and, per op and shape,
+    the row buckets where the kernel lost (`shape_dispatch` sends those calls to the fallback). A kernel slower at
+    every bucket of every shape is refused: it would serve none of them."""
     if not shapes or load.speed_check is None:
-        return []
+        return [], {}
     try:
         key = cache_key(load.commit, variant, load.device)
         verdicts = timed_verdicts(module, reference, shapes, key=key, device=load.device, mode=load.speed_check,
                                   cache_dir=load.hub.cache)  # fmt: skip
     except Exception as e:  # a crash or a wrong result at the user's shape refuses the kernel
         raise Refused(f"speed check at the given shapes: {type(e).__name__}: {e}") from e
-    slow = [v for v in verdicts.values() if not v.faster]
-    if slow:
+    if all(not c.passed for v in verdicts.values() for c in v.cases):
         raise Refused(
             f"slower than {BASELINE} at the given shapes: "
-            + "; ".join(
-                f"{v.shape.key} " + ", ".join(c.workload for c in v.cases if not c.passed) for v in slow
-            )
+            + "; ".join(f"{v.shape.key} " + ", ".join(c.workload for c in v.cases) for v in verdicts.values())
         )
-    return [v.to_dict() for v in verdicts.values()]
+    return [v.to_dict() for v in verdicts.values()], losing_buckets(verdicts)
 
 
 def said(result: CheckResult | SpeedResult | None) -> str:

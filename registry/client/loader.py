@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from registry.errors import KernelLoadError
 from registry.gcpause import gc_paused
 
+from . import shape_dispatch
 from .fallback import FALLBACK_MODES, build_fallback
 from .gates import cached_slow, check_gate, check_info, said, shape_gate, speed_gate, speed_info
 from .importer import load_variant, reference_in, reference_of
@@ -86,8 +87,10 @@ def get_kernel(
     signature (metadata.json.sigstore) may vouch for a build; `$LOCAL_KERNELS` loads from a folder here.
     `shapes` (`shape_speed.Shape`s or their tuples, e.g. `("gated_mlp", (4096, 14336), "silu")`) are the
     user's layer shapes: a variant that passed the speed check is also timed there (once per GPU, cached
-    per shape, unless speed_check=None) and refused when slower than its fallback at any of them; the
-    verdicts are in `__kernel_info__["speed"]["shapes"]`.
+    per shape, unless speed_check=None); at the (shape, row bucket) pairs where it is slower than its fallback
+    the served module's ops call the fallback (`shape_dispatch`; listed in `__kernel_info__["speed"]
+    ["fallback_at"]`), and a kernel slower at all of them is refused. The verdicts are in
+    `__kernel_info__["speed"]["shapes"]`.
     """
     _check_arguments(repo_id, version, fallback, check, speed_check, trust_remote_code)
     user_shapes = tuple(map(as_shape, shapes or ()))
@@ -157,7 +160,9 @@ def _try_variant(
         )
         speed = speed_gate(load, module, reference, api, name)
         setattr(module, REFERENCE_ATTR, reference)  # shape_speed times the user's shapes against it
-        verdicts = shape_gate(load, module, reference, shapes, name)
+        verdicts, lost = shape_gate(load, module, reference, shapes, name)
+        if lost:
+            module = shape_dispatch.serve(module, reference, lost)
     except Refused as e:
         attempts.append(f"{name}: {e}")
         log.info("%s: refused: %s", name, e)
@@ -172,7 +177,11 @@ def _try_variant(
         "source": "hub" if load.local is None else "local",
         "reason": "; ".join([*attempts, f"{name}: {verdict.reason}"]),
         "check": check_info(result, load.check),
-        "speed": {**speed_info(speed), **({"shapes": verdicts} if verdicts else {})},
+        "speed": {
+            **speed_info(speed),
+            **({"shapes": verdicts} if verdicts else {}),
+            **({"fallback_at": shape_dispatch.describe(lost)} if lost else {}),
+        },
         "verification": verification,
         "trust": verification.pop("trust"),
         "detail": verdict.detail,

@@ -79,3 +79,47 @@ def test_shapes_are_validated_with_what_to_pass():
         Shape("conv", (1, 2), "silu")
     with pytest.raises(TypeError, match="use float16, bfloat16 or float32"):
         Shape("linear", (1, 2), "none", dtype="int8")
+
+
+# Right numbers at every row count; 10 ms of waiting per one-row call; counts its calls.
+SLOW_AT_ONE_ROW = (
+    SLOW_AT_1024[0],
+    (
+        "gated_mlp.calls = getattr(gated_mlp, 'calls', 0) + 1\n"
+        "    if x.numel() == x.shape[-1]:\n"
+        "        __import__('time').sleep(0.01)\n"
+        "    return (_GPU_OPS if x.is_cuda else _CPU_OPS).gated_mlp(x, w_gate, w_up, w_down, activation)"
+    ),
+)
+DISPATCH = """
+import json, registry
+from registry.client.shape_speed import REFERENCE_ATTR, as_shape, shape_forward, shape_inputs
+from tests.kernels.kernel_numerics import rel_err
+k = registry.get_kernel({repo!r}, version=1, backend="cpu", fallback="eager", shapes=[{shape!r}])
+own, s, calls = k.gated_mlp.__wrapped__, as_shape({shape!r}), {{}}  # the package's op, behind the dispatch
+for rows in (1, 4, 16, 40):
+    a = shape_inputs(s, rows, "cpu")
+    before = getattr(own, "calls", 0)
+    got = shape_forward(s, a, k)
+    calls[rows] = [getattr(own, "calls", 0) - before, rel_err(got, shape_forward(s, a, getattr(k, REFERENCE_ATTR)))]
+print(json.dumps([k.__kernel_info__, calls]))
+"""
+
+
+def test_a_build_slow_at_one_bucket_serves_the_others(hub_env, publisher, run_python):
+    """Slower than eager at one row only: get_kernel serves the kernel, and its op sends one-row calls of the
+    user's shape to the fallback and every other row count to the kernel (rows between buckets follow the one
+    above; past the last, the last)."""
+    dist = publisher.build("slow-at-one-row", variants=["torch-cpu"], patch={"__init__.py": SLOW_AT_ONE_ROW})
+    publisher.publish("slow-at-one-row", dist)
+    repo, env = f"{NAMESPACE}/slow-at-one-row", {**hub_env, **NO_INTERPRETER}
+    info, calls = run_python(DISPATCH.format(repo=repo, shape=GATED), env)
+    assert (info["source"], info["variant"]) == ("hub", "torch-cpu"), info["reason"]
+    (verdict,) = info["speed"]["shapes"]
+    assert [c["passed"] for c in verdict["cases"]] == [False, True], verdict
+    assert info["speed"]["fallback_at"] == ["gated_mlp 1024x4096 silu float32: the fallback at M=1"], info[
+        "speed"
+    ]
+    kernel_calls = {int(rows): n for rows, (n, _) in calls.items()}
+    assert kernel_calls == {1: 0, 4: 1, 16: 1, 40: 1}, calls
+    assert all(err <= 1e-5 for _, err in calls.values()), calls
