@@ -182,10 +182,10 @@ def test_report_keeps_the_own_forward_only_where_the_kernel_loses(hub, publisher
     """A kernel slower at one row only: the blocks run their own forward for one-row calls (a decode step at
     batch 1) and our kernel for the others, and the report says which runs where."""
     publisher.publish(
-        "slow-at-one-row", publisher.build("slow-at-one-row", patch={"__init__.py": SLOW_AT_ONE_ROW})
+        "mlp-slow-at-one-row", publisher.build("mlp-slow-at-one-row", patch={"__init__.py": SLOW_AT_ONE_ROW})
     )
     point_clients_at(monkeypatch, hub.url, tmp_path / "clients")
-    model = kernelized(build("llama", "cpu", torch.float32).eval(), f"{NAMESPACE}/slow-at-one-row")
+    model = kernelized(build("llama", "cpu", torch.float32).eval(), f"{NAMESPACE}/mlp-slow-at-one-row")
     report = kernel_report(model)
     (entry,) = report.modules
     assert [(r.rows, r.wins) for r in entry.rows] == [(1, False), (16, True)], str(report)
