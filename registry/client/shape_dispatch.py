@@ -99,8 +99,7 @@ def serve(module: types.ModuleType, reference, lost: dict[str, dict[Key, tuple]]
 def describe(lost: dict[str, dict[Key, tuple]]) -> list[str]:
     """One line per (op, shape) that runs the fallback at some buckets, for `__kernel_info__`."""
     return [
-        f"{op} {'x'.join(map(str, key[0]))} {key[1]} {key[2]}: the fallback at M="
-        + ", M=".join(map(str, sorted(lost_at)))
+        f"{Shape(op, *key).key}: the fallback at M=" + ", M=".join(map(str, sorted(lost_at)))
         for op, table in lost.items()
         for key, (lost_at, _) in table.items()
     ]
