@@ -31,7 +31,7 @@ from torch import nn
 
 from . import row_dispatch
 from .check import cache_key
-from .shape_speed import Shape, shape_forward, shape_inputs, timed_verdicts
+from .shape_speed import Shape, case_rows, shape_forward, shape_inputs, timed_verdicts
 
 GATED, GPT2 = "GatedMLP", "GPT2MLP"
 
@@ -235,7 +235,7 @@ def kernel_report(model: nn.Module, *, restore: bool = True) -> KernelReport:
         speeds = tuple(
             RowSpeed(rows, _path(pkg, shape, rows, device), c.kernel_us, c.fallback_us, c.ratio, c.passed)
             for c in verdict.cases
-            for rows in [int(c.workload.rpartition("M=")[2])]
+            for rows in [case_rows(c)]
         )
         own_at = ()
         if restore and not verdict.faster:

@@ -31,6 +31,11 @@ def bucket_of(rows: int, buckets: tuple[int, ...]) -> int:
     return next((b for b in buckets if rows <= b), buckets[-1])
 
 
+def rows_of(x) -> int:
+    """A call's row count: all dims of its input but the last."""
+    return x.numel() // x.shape[-1] if x.dim() else 1
+
+
 def kernel_forward(module: nn.Module) -> MethodType | None:
     """The layer forward behind `module`'s dispatching forward, or None when it has none."""
     fwd = module.__dict__.get("forward")
@@ -45,8 +50,7 @@ def install(module: nn.Module, own_at: frozenset[int], buckets: tuple[int, ...])
     own = MethodType(type(module).forward, module)
 
     def forward(x, *args, **kwargs):
-        rows = x.numel() // x.shape[-1] if x.dim() else 1
-        return (own if d.runs_own(rows) else d.kernel)(x, *args, **kwargs)
+        return (own if d.runs_own(rows_of(x)) else d.kernel)(x, *args, **kwargs)
 
     setattr(forward, ATTR, d)
     module.forward = forward

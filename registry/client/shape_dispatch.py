@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from .row_dispatch import bucket_of
-from .shape_speed import Shape, ShapeVerdict
+from .row_dispatch import bucket_of, rows_of
+from .shape_speed import Shape, ShapeVerdict, case_rows
 
 Key = tuple  # (dims, activation, dtype, bias, kmajor): a Shape's fields but its op
 
@@ -32,10 +32,6 @@ def _kmajor(w: torch.Tensor) -> bool:
     return w.dim() == 2 and w.stride(0) == 1 and not w.is_contiguous()
 
 
-def _rows(x: torch.Tensor) -> int:
-    return x.numel() // x.shape[-1] if x.dim() else 1
-
-
 def shape_key(s: Shape) -> Key:
     return (s.dims, s.activation, s.dtype, s.bias, s.kmajor)
 
@@ -44,7 +40,7 @@ def losing_buckets(verdicts: Mapping[Shape, ShapeVerdict]) -> dict[str, dict[Key
     """op -> shape key -> (the buckets where the kernel lost, every timed bucket), for the shapes it lost at."""
     out: dict[str, dict[Key, tuple[frozenset, tuple]]] = {}
     for s, v in verdicts.items():
-        rows = [int(c.workload.rpartition("M=")[2]) for c in v.cases]
+        rows = [case_rows(c) for c in v.cases]
         lost = frozenset(r for r, c in zip(rows, v.cases) if not c.passed)
         if lost:
             out.setdefault(s.op, {})[shape_key(s)] = (lost, tuple(sorted(rows)))
@@ -55,7 +51,7 @@ def _wrap(kernel_op: Callable, fallback_op: Callable, table: dict, key_of: Calla
     def op(*args, **kwargs):
         x, key = key_of(*args, **kwargs)
         hit = table.get(key)
-        use = fallback_op if hit is not None and bucket_of(_rows(x), hit[1]) in hit[0] else kernel_op
+        use = fallback_op if hit is not None and bucket_of(rows_of(x), hit[1]) in hit[0] else kernel_op
         return use(*args, **kwargs)
 
     op.__name__, op.__doc__, op.__wrapped__ = kernel_op.__name__, kernel_op.__doc__, kernel_op

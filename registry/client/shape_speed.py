@@ -163,6 +163,11 @@ def time_shape(kernel, reference, shape: Shape, device: str) -> ShapeVerdict:
     return ShapeVerdict(shape, all(c.passed for c in cases), tuple(cases), device)
 
 
+def case_rows(case: SpeedCase) -> int:
+    """The row count a case of `time_shape` timed (its workload is "<op> M=<rows>")."""
+    return int(case.workload.rpartition("M=")[2])
+
+
 class ShapeCache(JsonCache):
     """Per-shape verdicts in `<cache>/kernel-hub/shape_speed.json`, keyed by the speed check's key + shape."""
 
