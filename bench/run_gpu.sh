@@ -128,7 +128,7 @@ stage_ops() {
   run "$T_OPS" ops bench/bench_ops.py "${LOAD[@]}" "${args[@]}" --json "$OUT/ops.json"
 }
 stage_model() {
-  local args=(--rows "$MODEL_ROWS")
+  local args=(--rows "$MODEL_ROWS" ${MODEL_ARGS:-})  # e.g. MODEL_ARGS="--models llama-3.2-1b --layers 16"
   [ "$QUICK" = 1 ] && args=(--rows 16,1024 --modes infer --no-compile)
   run "$T_MODEL" model bench/bench_model.py "${LOAD[@]}" "${args[@]}" --json "$OUT/model.json"
 }
