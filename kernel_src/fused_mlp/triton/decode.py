@@ -57,7 +57,10 @@ def gemv_linear_kernel(
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
-    rm = offs_m % M  # wrapped indices keep loads in bounds; the store masks the tail
+    # Rows past M are masked, not wrapped: wrapped, every program's x loads (cp.async, past L1) ask the same
+    # L2 lines 16 times at one row, and that one hot spot made one row slower than sixteen.
+    rm = offs_m % M
+    m_in = offs_m[:, None] < M
     rn = offs_n % N
     if PREFETCH:
         prefetch_rows_l2(w_ptr, rn, stride_wn, K, 8)
@@ -69,11 +72,11 @@ def gemv_linear_kernel(
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for k in range(tl.cdiv(K, BK)):
         if EVEN_K:
-            x = tl.load(x_ptrs)
+            x = tl.load(x_ptrs, mask=m_in, other=0.0)
             w = tl.load(w_ptrs, eviction_policy="evict_first")
         else:
             k_in = offs_k[None, :] < K - k * BK
-            x = tl.load(x_ptrs, mask=k_in, other=0.0)
+            x = tl.load(x_ptrs, mask=m_in & k_in, other=0.0)
             w = tl.load(w_ptrs, mask=k_in, other=0.0, eviction_policy="evict_first")
         acc = _wx(w, x, acc, BM, UPCAST, PRECISION)
         x_ptrs += BK
@@ -98,6 +101,7 @@ def gemv_gate_up_kernel(
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
     rm = offs_m % M
+    m_in = offs_m[:, None] < M  # masked, not wrapped: see gemv_linear_kernel
     rn = offs_n % N
     if PREFETCH:
         prefetch_rows_l2(wg_ptr, rn, stride_wg, K, 8)
@@ -112,12 +116,12 @@ def gemv_gate_up_kernel(
     acc_u = tl.zeros((BN, BM), dtype=tl.float32)
     for k in range(tl.cdiv(K, BK)):
         if EVEN_K:
-            x = tl.load(x_ptrs)
+            x = tl.load(x_ptrs, mask=m_in, other=0.0)
             wg = tl.load(wg_ptrs, eviction_policy="evict_first")
             wu = tl.load(wu_ptrs, eviction_policy="evict_first")
         else:
             k_in = offs_k[None, :] < K - k * BK
-            x = tl.load(x_ptrs, mask=k_in, other=0.0)
+            x = tl.load(x_ptrs, mask=m_in & k_in, other=0.0)
             wg = tl.load(wg_ptrs, mask=k_in, other=0.0, eviction_policy="evict_first")
             wu = tl.load(wu_ptrs, mask=k_in, other=0.0, eviction_policy="evict_first")
         acc_g = _wx(wg, x, acc_g, BM, UPCAST, PRECISION)

@@ -29,6 +29,7 @@ def gate_up_kernel(
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
     rm = offs_m % M
+    m_in = offs_m[:, None] < M  # x rows past M masked, not wrapped (linear._linear_tile says why)
     rn = offs_n % N
     if PREFETCH:  # weights never depend on the previous kernel: fetch them into L2 before waiting on it
         prefetch_rows_l2(wg_ptr, rn, stride_wg, K, 8)
@@ -44,12 +45,12 @@ def gate_up_kernel(
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(tl.cdiv(K, BK)):
         if EVEN_K:
-            a = tl.load(x_ptrs)
+            a = tl.load(x_ptrs, mask=m_in, other=0.0)
             bg = tl.load(wg_ptrs)
             bu = tl.load(wu_ptrs)
         else:
             k_left = K - k * BK
-            a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            a = tl.load(x_ptrs, mask=m_in & (offs_k[None, :] < k_left), other=0.0)
             bg = tl.load(wg_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
             bu = tl.load(wu_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc_g = mma(a, bg, acc_g, UPCAST, PRECISION)

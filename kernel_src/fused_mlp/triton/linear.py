@@ -28,8 +28,10 @@ def _linear_tile(
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
-    # Wrapped row/col indices keep loads in bounds without masks; the store masks the tail.
+    # Wrapped columns keep weight loads in bounds without masks; the store masks the tail. x rows past M are
+    # masked instead: wrapped, a few rows' L2 lines are asked many times by every program (decode.py).
     rm = offs_m % M
+    m_in = offs_m[:, None] < M
     rn = offs_n % N
     if PREFETCH:  # weights never depend on the previous kernel: fetch them into L2 before waiting on it
         prefetch_rows_l2(w_ptr, rn, stride_wn, K, 8)
@@ -42,11 +44,11 @@ def _linear_tile(
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(tl.cdiv(K, BK)):
         if EVEN_K:
-            a = tl.load(x_ptrs)
+            a = tl.load(x_ptrs, mask=m_in, other=0.0)
             b = tl.load(w_ptrs)
         else:
             k_left = K - k * BK
-            a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            a = tl.load(x_ptrs, mask=m_in & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         acc = mma(a, b, acc, UPCAST, PRECISION)
         x_ptrs += BK
