@@ -150,7 +150,12 @@ def test_rows_with_a_weight_bound_are_generated_in_table_order(tmp_path):
                        (90, 0, -1, 1, -1, 0, impl["tma"])]  # fmt: skip
     assert (0, 0, -1, codes["linear"], -1, large, impl["tma"]) in rows  # the default arch
     assert (90, 1, -1, codes["chain"], 64, large, impl["persistent"]) in rows  # the graph table
-    assert sum(r[5] > 0 for r in rows) == 5 and sum(r[5] > 0 for r in _expected_path_rows()) == 0
+    ops = embed_cubins.OP_CODES
+    shipped = {r for r in _expected_path_rows() if r[5] > 0}  # the real-width rows of the shipped tables
+    assert shipped == {(90, g, -1, codes["gate_up"], 256, large, impl["split"]) for g in (0, 1)} | {
+        (90, 1, ops["mlp"], codes["chain"], 16, 4 << 20, impl["layers"])
+    }, shipped
+    assert sum(r[5] > 0 for r in rows) == 7  # the test table's five, and two shipped ones it does not replace
 
 
 @pytest.mark.parametrize(

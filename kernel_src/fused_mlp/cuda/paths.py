@@ -128,7 +128,8 @@ PATHS: dict[str, dict[str, Rows]] = {
     "sm_90a": {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
-        "gate_up": ((256, "triton"), (None, "tma")),
+        # 65-256 rows on real models' weights (>= 16 MiB): split, on the GPU and in wall time (see GRAPH_PATHS).
+        "gate_up": ((64, "triton"), (256, "split", LARGE_WEIGHT_BYTES), (256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),  # see GRAPH_PATHS
         "act_and_mul": ((None, "triton"),),
         # One launch instead of one per layer saves the other launches' host time. The gated 768x3072 falls
@@ -157,15 +158,18 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # gate_up: the portable kernel to 256 rows, then the Hopper kernel (one GEMM per tile over both weights).
     # The training forward also stores (g, u): split's GEMMs write them anyway, while the Hopper kernel's
     # extra stores do not overlap its main loop, so split wins until the GEMMs are large enough to hide them.
+    # On real models' weights (>= 16 MiB: Llama-3.2-1B to Qwen2.5-7B) split's two cuBLASLt GEMMs beat the portable
+    # kernel by 5-26% at 256 rows and lose by 2-7% at 64 (bench/BENCHMARKS.md "Ops, real-model widths").
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
-        "gate_up": ((256, "triton"), (None, "tma")),
+        "gate_up": ((64, "triton"), (256, "split", LARGE_WEIGHT_BYTES), (256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),
         "act_and_mul": ((None, "triton"),),
         # In a graph launches cost no host time, so the persistent kernel wins only while its grid barriers cost
         # less than the layers' better GEMMs: mlp to 16 rows; the gated MLP at one row, as its K=3072 down
         # projection reads all of h in each program (bench/BENCHMARKS.md "Path table").
-        "mlp/chain": ((16, "persistent"), (None, "layers")),
+        # From 2 rows, layers of 4 MiB or more (GPT-2's 4.5, BERT-large's 8) run faster as cuBLASLt epilogue GEMMs.
+        "mlp/chain": ((1, "persistent"), (16, "layers", 4 << 20), (16, "persistent"), (None, "layers")),
         "chain": ((1, "persistent"), (None, "layers")),
         # The backward's one launch wins on the GPU for mlp to 32 rows and for linear at one row only; the
         # gated MLP's is behind the layers at every row count (bench/BENCHMARKS.md "Path table").
