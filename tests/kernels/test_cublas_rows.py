@@ -103,3 +103,20 @@ def test_gated_down_projection_on_cublas(as_sm90):
     out = forward.linear_rows(h, wd, None, "none", torch.empty(5, 32))
     assert_close(out, h.double() @ wd.double().t(), torch.float32, "gated down projection")
     assert as_sm90 == ["gate_up_kernel"], as_sm90  # the fused gate/up kernel; the down GEMM on cuBLAS
+
+
+def test_gate_up_runs_split_on_real_model_weights_between_the_table_rows(as_sm90):
+    """65-256 rows against >= 16 MiB of gate + up weights: two cuBLAS GEMMs and the act_and_mul kernel (run
+    here), no Triton GEMM; fewer rows or smaller weights keep the fused kernel (recorded, not run)."""
+    hidden, inter = 2048, 1024  # gate + up: 2 x 1024 x 2048 x 4 bytes = 16 MiB
+    wg, wu = (randn(inter, hidden, dtype=torch.float32, scale=hidden**-0.5) for _ in range(2))
+    wd = randn(hidden, inter, dtype=torch.float32, scale=inter**-0.5)
+    x = randn(100, hidden, dtype=torch.float32)
+    out = forward.gated_rows(x, wg, wu, wd, "gelu_tanh")
+    assert as_sm90 == [], f"split launched Triton GEMMs: {as_sm90}"
+    x64, wg64, wu64, wd64 = as64(x, wg, wu, wd)
+    want = ref.act_and_mul(x64 @ wg64.T, x64 @ wu64.T, "gelu_tanh") @ wd64.T
+    assert_close(out, want, torch.float32, "gated_mlp on the split row")
+    for rows, w_rows in ((64, inter), (100, inter // 2)):  # below the row, and under the weight bound
+        forward.gate_up_rows(x[:rows], wg[:w_rows], wu[:w_rows], "silu", torch.empty(rows, w_rows))
+    assert as_sm90 == ["gate_up_kernel", "gate_up_kernel"], as_sm90

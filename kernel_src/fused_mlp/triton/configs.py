@@ -193,6 +193,19 @@ CUBLAS_LINEAR_ABOVE: dict[str, int] = {"sm_90a": 1}
 CUBLAS_ENABLED = constants.cublas_enabled()
 
 
+# gate_up as two cuBLAS GEMMs and act_and_mul (the CUDA backend's `split`, cuda/paths.py) for rows in (lo, hi]
+# against gate + up weights of at least `min_bytes`: on real models' widths the portable kernel loses there
+# (bench/BENCHMARKS.md "Ops, real-model widths"); the project's smaller weights keep it. Forward only: training
+# stores (g, u), and this backend's portable branch writes them with the same two GEMMs already.
+GATE_UP_SPLIT: dict[str, tuple[int, int, int]] = {"sm_90a": (64, 256, 16 << 20)}
+
+
+def split_gate_up(arch: str, rows: int, weight_bytes: int) -> bool:
+    """Whether a forward gate_up of `rows` rows over `weight_bytes` of gate + up weights runs as split."""
+    lo, hi, min_bytes = GATE_UP_SPLIT.get(arch, (0, 0, 0))
+    return CUBLAS_ENABLED and lo < rows <= hi and weight_bytes >= min_bytes
+
+
 def cublas_linear(arch: str, rows: int, activation: str) -> bool:
     """Whether a `linear`-role GEMM of `rows` rows with `activation` runs on cuBLAS on `arch`."""
     bound = CUBLAS_LINEAR_ABOVE.get(arch)

@@ -13,7 +13,7 @@ import torch
 from ..reference import apply_activation, check_activation
 from .act_and_mul import ACT_AND_MUL, ACT_AND_MUL_BACKWARD
 from .activations import ACT_CODES
-from .configs import GemmConfig, TmaConfig, cdiv, cublas_linear, elementwise_config
+from .configs import GemmConfig, TmaConfig, cdiv, cublas_linear, elementwise_config, split_gate_up
 from .decode import GEMV_GATE_UP, GEMV_LINEAR
 from .gemm import (
     INTERPRET,
@@ -219,13 +219,12 @@ def gate_up_rows(
     N = w_gate.shape[0]
     if M == 0 or N == 0:
         return h
-    if (
-        cfg is None
-        and gu is None
-        and (dc := decode("gate_up", x2, M, N, 2 * N * x2.shape[1] * x2.element_size()))
-    ):
+    weight_bytes = 2 * N * x2.shape[1] * x2.element_size()
+    if cfg is None and gu is None and (dc := decode("gate_up", x2, M, N, weight_bytes)):
         ptr_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc, GEMV_GATE_UP)
         return h
+    if cfg is None and gu is None and split_gate_up(device_arch(x2), M, weight_bytes):
+        return _split_gate_up(x2, w_gate, w_up, activation, h, x2.new_empty((2, M, N)))
     cfg = pick("gate_up", x2, M, N, cfg)
     if (
         isinstance(cfg, TmaConfig)
@@ -238,10 +237,17 @@ def gate_up_rows(
         cfg = portable("gate_up", x2, M)
     if gu is None:
         ptr_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, cfg)
-    else:  # the portable kernel keeps g, u in registers: write them with two GEMMs, then act(g) * u
-        linear_rows(x2, w_gate, None, "none", gu[0])
-        linear_rows(x2, w_up, None, "none", gu[1])
-        _elementwise(ACT_AND_MUL, "act_and_mul", (gu[0], gu[1]), activation, outs=(h,))
+        return h
+    return _split_gate_up(x2, w_gate, w_up, activation, h, gu)  # the portable kernel keeps g, u in registers
+
+
+def _split_gate_up(
+    x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str, h: torch.Tensor, gu: torch.Tensor
+) -> torch.Tensor:  # fmt: skip
+    """gate_up as two GEMMs into gu = (g, u) [2, M, I], then h = act(g) * u; returns h."""
+    linear_rows(x2, w_gate, None, "none", gu[0])
+    linear_rows(x2, w_up, None, "none", gu[1])
+    _elementwise(ACT_AND_MUL, "act_and_mul", (gu[0], gu[1]), activation, outs=(h,))
     return h
 
 
