@@ -128,7 +128,7 @@ PATHS: dict[str, dict[str, Rows]] = {
     "sm_90a": {
         "linear": ((64, "triton"), (None, "cublaslt")),
         "mlp/linear": ((1024, "triton"), (None, "cublaslt")),
-        # 65-256 rows on real models' weights (>= 16 MiB): split, on the GPU and in wall time (see GRAPH_PATHS).
+        # 65-256 rows on real models' weights (>= 16 MiB): split (see GRAPH_PATHS; wall agrees but on 2048x8192).
         "gate_up": ((64, "triton"), (256, "split", LARGE_WEIGHT_BYTES), (256, "triton"), (None, "tma")),
         "gated_mlp_train/gate_up": ((2048, "split"), (None, "tma")),  # see GRAPH_PATHS
         "act_and_mul": ((None, "triton"),),
@@ -159,7 +159,7 @@ GRAPH_PATHS: dict[str, dict[str, Rows]] = {
     # The training forward also stores (g, u): split's GEMMs write them anyway, while the Hopper kernel's
     # extra stores do not overlap its main loop, so split wins until the GEMMs are large enough to hide them.
     # On real models' weights (>= 16 MiB: Llama-3.2-1B to Qwen2.5-7B) split's two cuBLASLt GEMMs beat the portable
-    # kernel by 5-26% at 256 rows and lose by 2-7% at 64 (bench/BENCHMARKS.md "Ops, real-model widths").
+    # kernel at 256 rows and lose to it at 64 (bench/BENCHMARKS.md "Ops, real-model widths").
     "sm_90a": {
         "linear": ((1, "triton"), (None, "cublaslt")),
         "gate_up": ((64, "triton"), (256, "split", LARGE_WEIGHT_BYTES), (256, "triton"), (None, "tma")),
