@@ -219,12 +219,13 @@ def gate_up_rows(
     N = w_gate.shape[0]
     if M == 0 or N == 0:
         return h
-    weight_bytes = 2 * N * x2.shape[1] * x2.element_size()
-    if cfg is None and gu is None and (dc := decode("gate_up", x2, M, N, weight_bytes)):
-        ptr_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc, GEMV_GATE_UP)
-        return h
-    if cfg is None and gu is None and split_gate_up(device_arch(x2), M, weight_bytes):
-        return _split_gate_up(x2, w_gate, w_up, activation, h, x2.new_empty((2, M, N)))
+    if cfg is None and gu is None:  # the rows' and weights' own paths (a given cfg is a tuning run's)
+        weight_bytes = 2 * N * x2.shape[1] * x2.element_size()
+        if dc := decode("gate_up", x2, M, N, weight_bytes):
+            ptr_gate_up(x2, w_gate, w_up, ACT_CODES[activation], h, dc, GEMV_GATE_UP)
+            return h
+        if split_gate_up(device_arch(x2), M, weight_bytes):
+            return _split_gate_up(x2, w_gate, w_up, activation, h, x2.new_empty((2, M, N)))
     cfg = pick("gate_up", x2, M, N, cfg)
     if (
         isinstance(cfg, TmaConfig)
