@@ -158,6 +158,19 @@ def test_rows_with_a_weight_bound_are_generated_in_table_order(tmp_path):
     assert sum(r[5] > 0 for r in rows) == 7  # the test table's five, and two shipped ones it does not replace
 
 
+def test_both_backends_share_the_real_width_bounds_and_split_rows():
+    """The Triton backend's decode bound and split rows (triton/configs.py) are the CUDA table's: a user gets the
+    same path at a real model's widths from either variant."""
+    from fused_mlp.triton import configs
+
+    assert configs.LARGE_WEIGHT_BYTES == PATHS.LARGE_WEIGHT_BYTES == configs.DECODE_MIN_WEIGHT_BYTES["sm_90a"]
+    lo, hi, min_bytes = configs.GATE_UP_SPLIT["sm_90a"]
+    for table in (PATHS.PATHS, PATHS.GRAPH_PATHS):
+        rows = table["sm_90a"]["gate_up"]
+        split = rows.index((hi, "split", min_bytes))
+        assert rows[split - 1][0] == lo, rows  # the row before ends where split's rows start
+
+
 @pytest.mark.parametrize(
     ("rows", "error"),
     [

@@ -145,7 +145,10 @@ DECODE_GATE_UP: dict[str, Table] = {
 }
 # The interpreter's threshold keeps the CPU tests' small weights on the portable kernels; tests of the
 # decode path lower it.
-DECODE_MIN_WEIGHT_BYTES: dict[str, int] = {"sm_90a": 16 << 20, "interpreter": 1 << 40}
+# Real models' weights: the bound of the decode rule and the split rows, and cuda/paths.LARGE_WEIGHT_BYTES
+# (tests/cuda/test_embed.py keeps the backends' bounds and rows equal).
+LARGE_WEIGHT_BYTES = 16 << 20
+DECODE_MIN_WEIGHT_BYTES: dict[str, int] = {"sm_90a": LARGE_WEIGHT_BYTES, "interpreter": 1 << 40}
 
 
 def decode_config(
@@ -197,7 +200,7 @@ CUBLAS_ENABLED = constants.cublas_enabled()
 # against gate + up weights of at least `min_bytes`: on real models' widths the portable kernel loses there
 # (bench/BENCHMARKS.md "Ops, real-model widths"); the project's smaller weights keep it. Forward only: training
 # stores (g, u), and this backend's portable branch writes them with the same two GEMMs already.
-GATE_UP_SPLIT: dict[str, tuple[int, int, int]] = {"sm_90a": (64, 256, 16 << 20)}
+GATE_UP_SPLIT: dict[str, tuple[int, int, int]] = {"sm_90a": (64, 256, LARGE_WEIGHT_BYTES)}
 
 
 def split_gate_up(arch: str, rows: int, weight_bytes: int) -> bool:
