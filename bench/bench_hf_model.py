@@ -6,10 +6,9 @@ Rows per model, bf16: decode (`generate`, static cache, batch 1 and 8, --new-tok
 prefill (2048 tokens, batch 1 and 4, the last position's logits as generate's prefill: ms), one training step
 (seq 2048, batch 1: forward, backward, AdamW: ms and peak GB), the logits' error against a float64 copy (1B only),
 and the MLP blocks' share of a decode step (all its MLP blocks at the decode shape in one CUDA graph, over the
-step's time). Ours gets `kernel_report`: each block's
-variant, path and speed-up at its shapes. Row "ours" runs every block on our kernel; where the report finds a
-block slower than its own forward, row "ours, report" runs what `kernel_report` leaves the user (those blocks
-on their own forward at the row counts where ours is slower).
+step's time). Ours gets `kernel_report`: each block's variant, path and speed-up at its shapes. Row "ours" runs
+every block on our kernel; where the report finds a block slower than its own forward, row "ours, report" runs
+what `kernel_report` leaves the user (those blocks on their own forward at the row counts where ours is slower).
 Models: llama-3.2-1b (16 layers, H=2048, I=8192) and llama-3-8b's widths (H=4096, I=14336) in --layers-8b of
 its 32 layers. Compile rows run last, while --deadline-s allows: each compiles for tens of seconds.
 
