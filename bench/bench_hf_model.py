@@ -1,14 +1,13 @@
 """End to end in transformers: Llama-shaped models (random weights from a config) with their MLP blocks on our
 kernels through the stock route (`registry.mlp_kernel_mapping` + `kernels.kernelize`, loaded from --hub),
 beside the same model eager, under torch.compile and with Liger's `apply_liger_kernel_to_llama`, in one run.
-
 Rows per model, bf16: decode (`generate`, static cache, batch 1 and 8, --new-tokens greedy tokens: tokens/s),
-prefill (2048 tokens, batch 1 and 4, the last position's logits as generate's prefill: ms), one training step
-(seq 2048, batch 1: forward, backward, AdamW: ms and peak GB), the logits' error against a float64 copy (1B only),
-and the MLP blocks' share of a decode step (all its MLP blocks at the decode shape in one CUDA graph, over the
-step's time). Ours gets `kernel_report`: each block's variant, path and speed-up at its shapes. Row "ours" runs
-every block on our kernel; where the report finds a block slower than its own forward, row "ours, report" runs
-what `kernel_report` leaves the user (those blocks on their own forward at the row counts where ours is slower).
+prefill (2048 tokens, batch 1 and 4, the last position's logits as generate's prefill: ms), one training step (seq
+2048, batch 1 and 4: forward, backward, AdamW: ms and peak GB), the logits' error against a float64 copy (1B only),
+the MLP blocks' share of a decode step (all its MLP blocks at the decode shape in one CUDA graph, over the step's
+time). Ours gets `kernel_report`: each block's variant, path and speed-up at its shapes. Row "ours" runs every
+block on our kernel; where the report finds a block slower than its own forward, row "ours, report" runs what
+`kernel_report` leaves the user (those blocks on their own forward at the row counts where ours is slower).
 Models: llama-3.2-1b (16 layers, H=2048, I=8192) and llama-3-8b's widths (H=4096, I=14336) in --layers-8b of
 its 32 layers. Compile rows run last, while --deadline-s allows: each compiles for tens of seconds.
 
@@ -82,10 +81,10 @@ def prefill(model, batch: int) -> dict:
     return {"ms": round(us / 1e3, 3)}
 
 
-def train_step(model) -> dict:
+def train_step(model, batch: int) -> dict:
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    x = ids(1, TRAIN_SEQ)
+    x = ids(batch, TRAIN_SEQ)
 
     def step():
         model(x, labels=x).loss.backward()
@@ -165,7 +164,8 @@ def measure(run: Run, name: str, model, impl: str, compiled: bool = False) -> No
     target = torch.compile(model) if compiled else model
     for batch in (1, 4):
         run.row(name, impl, f"prefill b{batch}", lambda b=batch: prefill(target, b))
-    run.row(name, impl, "train seq2048 b1", lambda: train_step(target))
+    for batch in (1,) if compiled else (1, 4):  # a second batch would recompile the backward for minutes
+        run.row(name, impl, f"train seq2048 b{batch}", lambda b=batch: train_step(target, b))
 
 
 def kernelize_ours(model, repo: str, compiled: bool = False):
