@@ -271,14 +271,14 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--deadline-s", type=float, default=300, help="rows after this many seconds are skipped"
     )
-    parser.add_argument("--skip", default="", help="comma-separated: liger, compile")
+    parser.add_argument("--skip", default="", help="comma-separated: liger, compile, plain (uncompiled)")
     args = parser.parse_args(argv)
     if not (args.hub and args.repo):
         parser.error("--hub and --repo: the blocks load through kernels from a hub (HF_ENDPOINT)")
     args.skip = set(filter(None, args.skip.split(",")))
     repo = args.repo[0].partition("=")[0]
     run = Run(args)
-    for name in args.models.split(","):
+    for name in [] if "plain" in args.skip else args.models.split(","):
         layers = args.layers_8b if name == "llama-3-8b" else MODELS[name]
         try:
             one_model(run, name, layers, repo)
