@@ -121,10 +121,10 @@ def mlp_share(model, batch: int, step_ms: float) -> dict:
 
 def logits_error(model, ref64, probes) -> dict:
     """Mean and worst error of the logits over the probes; each layer's hidden-state error on the first."""
-    with torch.no_grad():
-        errs = [harness.rel_err(model(x).logits.float(), ref64(x).logits) for x in probes]
-        ours, ref = (m(probes[0], output_hidden_states=True).hidden_states for m in (model, ref64))
-        hidden = [round(harness.rel_err(a.float(), b), 5) for a, b in zip(ours, ref)]
+    with torch.no_grad():  # one forward per model and probe gives both the logits and the hidden states
+        pairs = [(model(x, output_hidden_states=True), ref64(x, output_hidden_states=True)) for x in probes]
+    errs = [harness.rel_err(a.logits.float(), b.logits) for a, b in pairs]
+    hidden = [round(harness.rel_err(a.float(), b), 5) for a, b in zip(*(o.hidden_states for o in pairs[0]))]
     return {"rel_err": sum(errs) / len(errs), "rel_err_max": max(errs), "hidden_err": hidden}
 
 
