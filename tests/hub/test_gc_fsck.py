@@ -134,7 +134,8 @@ def test_fsck_quarantines_damaged_blobs_and_reports_missing_ones(gc_hub):
     rc, out = run_cli("fsck", "--data", str(hub.data_dir))
     assert rc == 0 and "0 damaged, 0 referenced but missing" in out
     p = blob(hub, bad)
-    p.write_bytes(b"X" + p.read_bytes()[1:])
+    stored = p.read_bytes()
+    p.write_bytes(bytes([stored[0] ^ 0xFF]) + stored[1:])  # a different first byte, whatever it was
     blob(hub, lost).unlink()
     rc, out = run_cli("fsck", "--data", str(hub.data_dir), "--no-quarantine")
     assert rc == 1 and "1 damaged, 1 referenced but missing" in out and p.exists()
