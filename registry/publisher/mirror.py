@@ -4,7 +4,8 @@ Every `vN` branch of the source is downloaded as it is (huggingface_hub's snapsh
 the target, byte for byte: metadata.json and its `.sig` / `.sigstore` stay the publisher's, so a loader
 verifies the mirror against the same key as the original. The publisher keys the tree ships
 (`keys/<id>.pub`) are registered for the target namespace where the target hub has a key registry. A
-version whose target branch already holds the same tree is left as it is.
+version whose target branch already holds the same tree is left as it is; one that holds another build moves
+only with `update=True` (as `publish --update`), and without it nothing is uploaded for any version.
 """
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ def mirror(
     source_token: str | None = None,
     endpoint: str | None = None,
     token: str | None = None,
+    update: bool = False,
 ) -> MirrorResult:
-    """Copy every vN of `source` (on `source_endpoint`) to `target` (default: the same id) on `endpoint`."""
+    """Copy every vN of `source` (on `source_endpoint`) to `target` (default: the same id) on `endpoint`.
+
+    Raises PublishError before anything is uploaded when a target vN holds another build and not `update`."""
     target = target or source
     check_repo_id(source)
     namespace, _ = check_repo_id(target)
@@ -67,22 +71,34 @@ def mirror(
     dst.api.create_repo(target, repo_type=REPO_TYPE, exist_ok=True)
     result = MirrorResult(source, target)
     heads = dst.branch_heads(target)  # only this mirror writes its vN branches below
-    keys_seen: set[str] = set()  # a key that every version ships is registered once
-    for n, commit in versions:
-        branch = names.version_branch(n)
-        with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
+        folders = {}  # every version is fetched and compared before the first upload
+        for n, commit in versions:
             with _asking(src, source):
-                folder = src.snapshot(source, commit, tmp)
-            tree = folder_tree(folder, _not_mirrored)
-            result.notes += _register_keys(dst, namespace, folder, keys_seen)
-            head = heads.get(branch)
-            if head is not None and not tree_problems(tree, dst.tree(target, head)):
+                folders[n] = src.snapshot(source, commit, str(Path(tmp) / str(n)))
+            head = heads.get(names.version_branch(n))
+            if head is not None and not tree_problems(
+                folder_tree(folders[n], _not_mirrored), dst.tree(target, head)
+            ):
                 result.versions[n] = head
                 result.unchanged.append(n)
+        moved = [n for n, _ in versions if n not in result.unchanged and names.version_branch(n) in heads]
+        if moved and not update:
+            held = ", ".join(f"v{n} ({heads[names.version_branch(n)][:12]})" for n in moved)
+            raise PublishError(
+                f"{target} on {dst.endpoint} already holds other builds at {held}; nothing was mirrored: pass "
+                f"--update to move them to those of {source} on {src.endpoint} (users of those versions get its "
+                "builds), or mirror into another repo with --to-repo"
+            )
+        keys_seen: set[str] = set()  # a key that every version ships is registered once
+        for n, commit in versions:
+            result.notes += _register_keys(dst, namespace, folders[n], keys_seen)
+            if n in result.unchanged:
                 continue
-            if head is None:
+            branch = names.version_branch(n)
+            if branch not in heads:
                 dst.api.create_branch(target, branch=branch, repo_type=REPO_TYPE)
-            info = dst.api.upload_folder(repo_id=target, folder_path=folder, repo_type=REPO_TYPE, revision=branch,
+            info = dst.api.upload_folder(repo_id=target, folder_path=folders[n], repo_type=REPO_TYPE, revision=branch,
                                          delete_patterns="*", ignore_patterns=[".cache/**"],
                                          commit_message=f"Mirror {source}@{branch} ({commit[:12]})")  # fmt: skip
             result.versions[n] = info.oid

@@ -184,8 +184,10 @@ def test_kernel_builder_output_publishes_unchanged_and_loads_with_stock_kernels(
 
 
 def test_mirror_copies_every_version_between_two_hubs_with_signatures_kept(hub, hub_env, tmp_path):
+    """...and moves a target vN that holds another build only with --update, uploading nothing without it."""
+    import httpx2
     from hub_process import HubProcess
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import HfApi, hf_hub_download, hf_hub_url
 
     cli("init", "mirrored", "--dir", str(tmp_path), cwd=tmp_path)
     cli("build", str(tmp_path / "mirrored"), "--out", str(tmp_path / "dist"), "--no-aot", cwd=tmp_path)
@@ -212,6 +214,32 @@ def test_mirror_copies_every_version_between_two_hubs_with_signatures_kept(hub, 
         m = get_kernel(source, version=1, backend="cpu", endpoint=ours.url)
         assert m.__kernel_info__["verification"]["signed_by"]  # the original publisher's key, via the mirror
         assert_checked_on_its_own_cases(m.__kernel_info__, "scaled_add")
+
+        # The source moves v1 to a new build: mirroring it again moves the target's v1 only with --update.
+        with (tmp_path / "mirrored" / "mirrored" / "__init__.py").open("a") as f:
+            f.write("# a compatible update\n")
+        cli("build", str(tmp_path / "mirrored"), "--out", str(tmp_path / "dist2"), "--no-aot", cwd=tmp_path)
+        cli("publish", source, str(tmp_path / "dist2"), "--version", "1", "--update", "--endpoint", hub.url,
+            "--token", token, "--key", str(tmp_path / "key.pem"), cwd=tmp_path)  # fmt: skip
+        target = HfApi(endpoint=ours.url, token=mirror_token)
+        before = {b.name: b.target_commit for b in target.list_repo_refs(source, repo_type="kernel").branches}
+        refused = subprocess.run([sys.executable, "-m", "registry.cli", *argv], cwd=tmp_path, env=ENV,
+                                 capture_output=True, text=True, check=False)  # fmt: skip
+        lines = [
+            line for line in refused.stderr.splitlines() if line.startswith("kernel-hub")
+        ]  # not progress bars
+        assert refused.returncode == 1 and len(lines) == 1, refused.stderr
+        assert "v1 (" in lines[0] and "v2" not in lines[0] and "--update" in lines[0], lines[0]
+        after = {b.name: b.target_commit for b in target.list_repo_refs(source, repo_type="kernel").branches}
+        assert after == before  # nothing moved, not even the unchanged v2
+        moved = cli(*argv, "--update", cwd=tmp_path)
+        assert (
+            f"{source} v2 -> {before['v2']} (unchanged)" in moved
+            and f"{source} v1 -> {before['v1']}" not in moved
+        )
+        url = lambda endpoint: hf_hub_url(source, "build/torch-cpu/metadata.json", revision="v1",
+                                          repo_type="kernel", endpoint=endpoint)  # fmt: skip
+        assert httpx2.get(url(ours.url)).content == httpx2.get(url(hub.url)).content
     finally:
         ours.stop()
 
