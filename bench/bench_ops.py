@@ -158,7 +158,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = harness.tool_parser(__doc__)
-    parser.add_argument("--presets", default=",".join(presets.names()), help="comma list of preset names")
+    parser.add_argument("--presets", default=",".join(presets.names()), help="comma list: names, OP:DIMS:ACT")
     parser.add_argument("--rows", default=",".join(map(str, presets.ROWS)), help="forward row counts M")
     parser.add_argument(
         "--train-rows", default=",".join(map(str, presets.TRAIN_ROWS)), help="fwd+bwd M ('' none)"

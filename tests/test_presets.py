@@ -54,6 +54,26 @@ def test_suite_is_every_row_count_and_dtype_forward_and_three_training_sizes():
     assert [c.label for c in small] == ["gpt2 M=1 bfloat16"]
 
 
+def test_a_shape_spec_names_a_block_outside_the_suite():
+    nemo = presets.get("gated_mlp:5120x14336:silu")
+    assert (nemo.op, nemo.widths, nemo.activation, nemo.bias) == ("gated_mlp", (5120, 14336), "silu", False)
+    assert nemo.weight_bytes(2) == 3 * 5120 * 14336 * 2 and nemo.name == "gated_mlp:5120x14336:silu"
+    chain = presets.get("mlp:768x3072x768:gelu_tanh+bias")
+    assert (chain.weight_shapes, chain.bias) == (((3072, 768), (768, 3072)), True)
+    case = next(presets.suite([nemo], rows=(3,), dtypes=("float16",), train_rows=()))
+    assert case.label == "gated_mlp:5120x14336:silu M=3 float16"
+    for bad, said in (
+        ("gated_mlp:5120x14336x4096:silu", "do not fit op gated_mlp"),
+        ("gated_mlp:5120x14336:silu+bias", "gated_mlp takes no biases"),
+        ("conv:64x64:relu", "op must be one of"),
+        ("mlp:64x0x64:relu", "every width must be positive"),
+        ("mlp:64:relu", "OP:DIMS:ACTIVATION"),
+        ("gated_mlp:5120x14336", "OP:DIMS:ACTIVATION"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            presets.get(bad)
+
+
 def test_unknown_name_lists_every_preset():
     with pytest.raises(ValueError, match="unknown shape preset 'llama-8b'") as e:
         presets.get("llama-8b")

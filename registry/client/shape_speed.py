@@ -88,8 +88,9 @@ class Shape:
 
 
 def as_shape(s: Shape | Preset | str | Mapping | tuple, dtype: str = "bfloat16") -> Shape:
-    """A Shape from a Shape, a preset of registry.spec.presets or its name ("llama-3-8b", in `dtype`), a dict of
-    Shape's fields, or a tuple (op, dims, activation[, dtype[, bias]])."""
+    """A Shape from a Shape, a preset of registry.spec.presets or its name ("llama-3-8b", in `dtype`), a shape
+    spec ("gated_mlp:5120x14336:silu", presets.get), a dict of Shape's fields, or a tuple (op, dims, activation[,
+    dtype[, bias]])."""
     if isinstance(s, Shape):
         return s
     if isinstance(s, str):

@@ -42,7 +42,8 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="also time this model's MLP shapes (registry/spec/presets.py, e.g. llama-3-8b; repeatable)",
+        help="also time this model's MLP shapes (registry/spec/presets.py, e.g. llama-3-8b), or a shape "
+        "OP:DIMS:ACTIVATION[+bias] (e.g. gated_mlp:5120x14336:silu); repeatable",
     )
     output_arg(p, "also write the record here, after every workload")
     p.add_argument("--no-record", action="store_true", help="do not commit the record to the hub")

@@ -10,6 +10,7 @@ without torch; callers map the dtype names to torch dtypes themselves.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -102,12 +103,28 @@ def names() -> tuple[str, ...]:
     return tuple(_BY_NAME)
 
 
+# A block outside the suite, named by its shape: OP:DIMS:ACTIVATION[+bias], e.g. gated_mlp:5120x14336:silu
+# (Mistral-Nemo's widths) or mlp:768x3072x768:gelu_tanh+bias, so that widths no preset has can be timed too.
+_SPEC = re.compile(r"(?P<op>\w+):(?P<dims>\d+(?:x\d+)+):(?P<act>[a-z_]+)(?P<bias>\+bias)?")
+
+
 def get(name: str) -> Preset:
-    """The preset called `name`; a ValueError listing every name otherwise."""
-    try:
+    """The preset called `name`, or the block a shape spec names (`_SPEC`); a ValueError listing every name
+    and the spec's form otherwise."""
+    if name in _BY_NAME:
         return _BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"unknown shape preset {name!r}; use one of {', '.join(_BY_NAME)}") from None
+    spec = _SPEC.fullmatch(name)
+    if spec is None:
+        raise ValueError(
+            f"unknown shape preset {name!r}; use one of {', '.join(_BY_NAME)}, or a shape as "
+            "OP:DIMS:ACTIVATION[+bias] (e.g. gated_mlp:5120x14336:silu, mlp:768x3072x768:gelu_tanh+bias)"
+        )
+    dims = tuple(int(d) for d in spec["dims"].split("x"))
+    if min(dims) < 1:
+        raise ValueError(f"shape {name!r}: every width must be positive")
+    return Preset(
+        name, spec["op"], dims, spec["act"], bias=bool(spec["bias"]), note="a shape outside the suite"
+    )
 
 
 def suite(

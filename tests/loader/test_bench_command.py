@@ -45,6 +45,8 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
         "3",
         "--preset",
         "gpt2",
+        "--preset",
+        "gated_mlp:96x160:silu",  # a shape no preset has
     ]
     proc = subprocess.run(
         [sys.executable, "-m", "registry.cli", *args, "--out", str(out), "--token", publisher.token],
@@ -66,7 +68,8 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
         ("eager", True),
     }
 
-    assert {"gpt2 M=1", "gpt2 M=16"} <= {t["workload"] for t in record["timings"]}  # the preset's rows
+    workloads = {t["workload"] for t in record["timings"]}
+    assert {"gpt2 M=1", "gpt2 M=16", "gated_mlp:96x160:silu M=16"} <= workloads  # the presets' rows
 
     assert main(["matrix", repo, "--version", "1", "--format", "json"]) in (
         0,
@@ -77,7 +80,7 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
 
     page = urllib.request.urlopen(f"{hub.url}/kernels/{repo}").read().decode()
     assert '<section class="kh-speed">' in page and "mlp 3xLinear(512)+ReLU M=128" in page
-    assert "gpt2 M=16" in page
+    assert "gpt2 M=16" in page and "gated_mlp:96x160:silu M=1" in page
 
     info = run_python(LOAD.format(repo=repo), hub_env)
     assert info["order"]["by"] == "recorded speed-up over eager on this GPU arch"
