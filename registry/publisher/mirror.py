@@ -11,6 +11,7 @@ only with `update=True` (as `publish --update`), and without it nothing is uploa
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,19 +73,29 @@ def mirror(
     result = MirrorResult(source, target)
     heads = dst.branch_heads(target)  # only this mirror writes its vN branches below
     with tempfile.TemporaryDirectory(prefix="kernel-hub-mirror-") as tmp:
-        folders = {}  # every version is fetched and compared before the first upload
-        for n, commit in versions:
+        keys: dict[int, dict[str, str]] = {}  # N -> the keys/<id>.pub its tree ships
+
+        def fetch(n: int, commit: str) -> Path:
             with _asking(src, source):
-                folders[n] = src.snapshot(source, commit, str(Path(tmp) / str(n)))
+                folder = src.snapshot(source, commit, str(Path(tmp) / str(n)))
+            keys[n] = {p.name: p.read_text() for p in sorted((folder / signing.KEYS_DIR).glob("*.pub"))}
+            return folder
+
+        # The versions the target has are compared before anything is written; only moving ones stay on disk.
+        moving: dict[int, Path] = {}
+        for n, commit in versions:
             head = heads.get(names.version_branch(n))
-            if head is not None and not tree_problems(
-                folder_tree(folders[n], _not_mirrored), dst.tree(target, head)
-            ):
+            if head is None:
+                continue
+            folder = fetch(n, commit)
+            if tree_problems(folder_tree(folder, _not_mirrored), dst.tree(target, head)):
+                moving[n] = folder
+            else:
                 result.versions[n] = head
                 result.unchanged.append(n)
-        moved = [n for n, _ in versions if n not in result.unchanged and names.version_branch(n) in heads]
-        if moved and not update:
-            held = ", ".join(f"v{n} ({heads[names.version_branch(n)][:12]})" for n in moved)
+                shutil.rmtree(folder)
+        if moving and not update:
+            held = ", ".join(f"v{n} ({heads[names.version_branch(n)][:12]})" for n in moving)
             raise PublishError(
                 f"{target} on {dst.endpoint} already holds other builds at {held}; nothing was mirrored: pass "
                 f"--update to move them to those of {source} on {src.endpoint} (users of those versions get its "
@@ -92,15 +103,17 @@ def mirror(
             )
         keys_seen: set[str] = set()  # a key that every version ships is registered once
         for n, commit in versions:
-            result.notes += _register_keys(dst, namespace, folders[n], keys_seen)
-            if n in result.unchanged:
+            folder = None if n in result.unchanged else moving.pop(n, None) or fetch(n, commit)
+            result.notes += _register_keys(dst, namespace, keys[n], keys_seen)
+            if folder is None:
                 continue
             branch = names.version_branch(n)
             if branch not in heads:
                 dst.api.create_branch(target, branch=branch, repo_type=REPO_TYPE)
-            info = dst.api.upload_folder(repo_id=target, folder_path=folders[n], repo_type=REPO_TYPE, revision=branch,
+            info = dst.api.upload_folder(repo_id=target, folder_path=folder, repo_type=REPO_TYPE, revision=branch,
                                          delete_patterns="*", ignore_patterns=[".cache/**"],
                                          commit_message=f"Mirror {source}@{branch} ({commit[:12]})")  # fmt: skip
+            shutil.rmtree(folder)
             result.versions[n] = info.oid
             log.info("%s %s -> %s %s (%s)", source, branch, target, branch, info.oid[:12])
     return result
@@ -126,18 +139,18 @@ def _asking(src: HubClient, source: str) -> Iterator[None]:
         ) from None
 
 
-def _register_keys(dst: HubClient, namespace: str, folder: Path, seen: set[str]) -> list[str]:
-    """Register the publisher keys the tree ships (keys/<id>.pub) for `namespace` on the target hub, except
-    those named in `seen` (an earlier version's); adds the ones it handles to `seen`."""
+def _register_keys(dst: HubClient, namespace: str, shipped: dict[str, str], seen: set[str]) -> list[str]:
+    """Register the publisher keys a tree ships (`shipped`: keys/<id>.pub name -> text) for `namespace` on the
+    target hub, except those named in `seen` (an earlier version's); adds the ones it handles to `seen`."""
     notes = []
-    for path in sorted((folder / signing.KEYS_DIR).glob("*.pub")):
-        if path.name in seen:
+    for name, text in shipped.items():
+        if name in seen:
             continue
-        seen.add(path.name)
+        seen.add(name)
         try:
-            pub = signing.read_key_file(f"{signing.KEYS_DIR}/{path.name}", path.read_text())
+            pub = signing.read_key_file(f"{signing.KEYS_DIR}/{name}", text)
         except SignatureError as e:
-            notes.append(f"{path.name} not registered: {e}")
+            notes.append(f"{name} not registered: {e}")
             continue
         note = register_key(dst, namespace, pub)
         if note:
