@@ -15,11 +15,10 @@ the changes into paths.py. Forcing a step forces it in every op (the table can a
 
     python bench/bench_paths.py --variant-dir DIR=cuda [--steps chain,linear] [--json out.json]
 
-`--decode` sweeps the Triton decode kernels instead (kernel_src/fused_mlp/triton/decode.py, from PYTHONPATH: no
-variant is loaded): their tile candidates at the real models' widths and 1-64 rows against cuBLAS, the backend's
-current path and a device copy (the bandwidth floor), then the whole gated MLP with the best tiles (`--tables`:
-the shipped tables only). Weights rotate over copies past L2, as a model's layers read theirs from HBM. What
-the numbers chose: bench/BENCHMARKS.md "Decode".
+`--decode` sweeps the Triton decode kernels instead (kernel_src/fused_mlp/triton/decode.py, from PYTHONPATH, no
+variant loaded): their tiles at real models' widths and 1-64 rows against cuBLAS, the backend's current path and
+a device copy (the floor), then the gated MLP with the best tiles (`--tables`: the shipped tables only). Weights
+rotate over copies past L2, as a model's layers read theirs from HBM. Chosen: bench/BENCHMARKS.md "Decode".
 
     python bench/bench_paths.py --decode --json OUT.json [--quick] [--tables] [--dtype fp16]
 """
@@ -163,6 +162,7 @@ DECODE_SHAPES = [
     ("llama-3.2-1b", 2048, 8192, "silu"),
     ("gemma-2-2b", 2304, 9216, "gelu_tanh"),
     ("h1024", 1024, 4096, "silu"),  # weights near a quarter of L2: where decode stops paying
+    ("h768", 768, 3072, "gelu_tanh"),  # gpt2 widths: its one-row down projection trails eager
 ]
 DECODE_ROWS = (1, 2, 4, 8, 16, 32, 64)
 ACT = {"none": 0, "silu": 4, "gelu_tanh": 3}
