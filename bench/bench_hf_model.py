@@ -82,6 +82,8 @@ def prefill(model, batch: int) -> dict:
 
 
 def train_step(model, batch: int) -> dict:
+    """ms and peak GB of one step; the weights are put back after it, so every later row sees the same model."""
+    saved = {k: v.to("cpu", copy=True) for k, v in model.state_dict().items()}
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     x = ids(batch, TRAIN_SEQ)
@@ -99,6 +101,7 @@ def train_step(model, batch: int) -> dict:
         return {"ms": round(us / 1e3, 3), "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 3)}
     finally:
         opt.state.clear()
+        model.load_state_dict(saved)
         model.zero_grad(set_to_none=True)
         model.eval()
         gc.collect()
@@ -268,9 +271,7 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--layers-8b", type=int, default=16, help="layers of the llama-3-8b-shaped model")
     parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument(
-        "--deadline-s", type=float, default=300, help="rows after this many seconds are skipped"
-    )
+    parser.add_argument("--deadline-s", type=float, default=300, help="skip rows after this many seconds")
     parser.add_argument("--skip", default="", help="comma-separated: liger, compile, plain (uncompiled)")
     args = parser.parse_args(argv)
     if not (args.hub and args.repo):
