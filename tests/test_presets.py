@@ -34,8 +34,10 @@ def test_the_projects_own_shapes_match_the_standard_workloads():
     assert gated.widths == workloads.DEFAULT_DIMS["gated"] and gated.activation == "gelu_tanh"
 
 
-def test_activations_are_ones_the_ops_take():
-    reference = pytest.importorskip("fused_mlp.reference")
+def test_activations_are_the_ones_the_ops_take():
+    from fused_mlp import reference
+
+    assert presets.ACTIVATIONS == reference.ACTIVATIONS  # the registry's copy of the API's list
     assert {p.activation for p in presets.PRESETS} <= set(reference.ACTIVATIONS)
 
 
@@ -69,6 +71,10 @@ def test_a_shape_spec_names_a_block_outside_the_suite():
         ("mlp:64x0x64:relu", "every width must be positive"),
         ("mlp:64:relu", "OP:DIMS:ACTIVATION"),
         ("gated_mlp:5120x14336", "OP:DIMS:ACTIVATION"),
+        (
+            "gated_mlp:5120x14336:swiglu",
+            "activation 'swiglu' is not one of none, relu, gelu, gelu_tanh, silu",
+        ),
     ):
         with pytest.raises(ValueError, match=said):
             presets.get(bad)
@@ -95,8 +101,9 @@ def test_names_are_unique_and_presets_are_frozen():
         ({"op": "gated_mlp", "widths": (4, 8, 4)}, "do not fit"),
         ({"op": "mlp", "widths": (4,)}, "do not fit"),
         ({"op": "gated_mlp", "widths": (4, 8), "bias": True}, "no biases"),
+        ({"op": "mlp", "widths": (4, 8), "activation": "gelu_new"}, "activation 'gelu_new' is not one of"),
     ],
 )
 def test_malformed_presets_are_refused(kwargs, what):
     with pytest.raises(ValueError, match=what):
-        Preset("x", activation="silu", **kwargs)
+        Preset("x", **{"activation": "silu", **kwargs})

@@ -75,6 +75,7 @@ class Shape:
                 f"Shape {self.op} dims {self.dims}: gated_mlp takes (hidden, intermediate), linear (in, out), "
                 "mlp (in, hidden..., out), all positive"
             )
+        presets.check_activation(f"Shape {self.op} {'x'.join(map(str, self.dims))}", self.activation)
         if self.dtype not in ("float16", "bfloat16", "float32"):
             raise TypeError(f"Shape dtype {self.dtype!r}: use float16, bfloat16 or float32")
         if self.kmajor and self.op == "gated_mlp":

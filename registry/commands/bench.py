@@ -82,6 +82,14 @@ def table(record) -> str:
 def run(args: argparse.Namespace) -> int:
     from registry.client.bench import bench_version
     from registry.client.speed_records import BASELINE, FALLBACK_COMPILE, recorded_order
+    from registry.errors import UsageError
+    from registry.spec import presets
+
+    for name in args.preset:  # a typo is the command line's: one line, exit 2, before anything loads
+        try:
+            presets.get(name)
+        except ValueError as e:
+            raise UsageError(f"--preset: {e}") from None
 
     record = bench_version(
         args.repo,

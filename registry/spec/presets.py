@@ -19,6 +19,16 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TRAIN_ROWS = (16, 512, 4096)  # forward + backward: small, medium and large batches of tokens
 DTYPES = ("bfloat16", "float16")  # torch dtype names (getattr(torch, name))
 OPS = ("gated_mlp", "mlp")
+# The fused-MLP API's activations (docs/CONTRACTS.md), spelled here because the registry never imports a kernel
+# package; tests/test_presets.py keeps it equal to fused_mlp.reference.ACTIVATIONS.
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+
+
+def check_activation(what: str, activation: str) -> None:
+    """A ValueError naming `what` and the choices unless `activation` is one of ACTIVATIONS (a typo such as
+    "swiglu" fails where it is typed, not as unexplained failed timings)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{what}: activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,7 @@ class Preset:
     name: str
     op: str
     widths: tuple[int, ...]
-    activation: str  # one of fused_mlp.reference.ACTIVATIONS
+    activation: str  # one of ACTIVATIONS
     bias: bool = False  # every linear has a bias (mlp only; gated_mlp has none)
     note: str = ""
 
@@ -39,6 +49,7 @@ class Preset:
             raise ValueError(f"preset {self.name!r}: widths {self.widths} do not fit op {self.op}")
         if self.bias and self.op == "gated_mlp":
             raise ValueError(f"preset {self.name!r}: gated_mlp takes no biases")
+        check_activation(f"preset {self.name!r}", self.activation)
 
     @property
     def hidden(self) -> int:

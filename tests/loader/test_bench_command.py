@@ -85,3 +85,15 @@ def test_bench_records_speed_that_the_matrix_the_page_and_the_loader_use(
     info = run_python(LOAD.format(repo=repo), hub_env)
     assert info["order"]["by"] == "recorded speed-up over eager on this GPU arch"
     assert set(info["order"]["recorded_speedup"]) == {"torch-cpu", "torch-universal"}
+
+
+def test_a_typo_in_a_shape_fails_in_one_line_before_anything_loads(capsys):
+    # "swiglu" names the block, not the activation (silu): no hub is asked, no timing is recorded
+    code = main(
+        ["bench", f"{NAMESPACE}/benched", "--version", "1", "--preset", "gated_mlp:4096x14336:swiglu"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "unexpected" not in err, err
+    assert "activation 'swiglu' is not one of none, relu, gelu, gelu_tanh, silu" in err, err
+    assert main(["bench", f"{NAMESPACE}/benched", "--version", "1", "--preset", "llama-8b"]) == 2
+    assert "unknown shape preset 'llama-8b'; use one of llama-3-8b" in capsys.readouterr().err

@@ -77,6 +77,8 @@ def test_shapes_are_validated_with_what_to_pass():
         Shape("gated_mlp", (1, 2, 3), "silu")
     with pytest.raises(ValueError, match="use one of"):
         Shape("conv", (1, 2), "silu")
+    with pytest.raises(ValueError, match="Shape gated_mlp 8x16: activation 'swiglu' is not one of .*silu"):
+        as_shape(("gated_mlp", (8, 16), "swiglu"))
     with pytest.raises(TypeError, match="use float16, bfloat16 or float32"):
         Shape("linear", (1, 2), "none", dtype="int8")
 
