@@ -29,21 +29,52 @@ from types import MethodType, ModuleType
 import torch
 from torch import nn
 
+from registry.spec import presets
+
 from . import row_dispatch
 from .check import cache_key
 from .shape_speed import Shape, case_rows, shape_forward, shape_inputs, timed_verdicts
 
 GATED, GPT2 = "GatedMLP", "GPT2MLP"
+# The activation modules (class names, torch's and transformers') that our layers map to one of the API's
+# activations: fused_mlp.layers reads the same ones (tests/loader/test_transformers_models.py keeps them equal).
+# A block whose activation is not among them (e.g. relu2's ReLUSquaredActivation) keeps its own forward.
+ACTIVATION_CLASSES = frozenset(
+    ("ReLU", "SiLU", "SiLUActivation", "GELU", "GELUActivation", "GELUTanh", "PytorchGELUTanh",
+     "NewGELUActivation", "GELUTanhActivation")
+)  # fmt: skip
 
 
 def layer_for(module: nn.Module) -> str | None:
-    """Which of our layers runs `module`'s block, or None when none fits it."""
+    """Which of our layers runs `module`'s block, or None when none fits it (its shape or its activation)."""
+    layer = _layer_by_shape(module)
+    return layer if layer is not None and _runs_activation(module, layer) else None
+
+
+def _layer_by_shape(module: nn.Module) -> str | None:
     if type(module).__name__ == "GPT2MLP" and all(hasattr(module, a) for a in ("c_fc", "c_proj", "act")):
         return GPT2
     projs = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
     if all(isinstance(p, nn.Linear) and p.bias is None for p in projs) and hasattr(module, "act_fn"):
         return GATED
     return None
+
+
+def _activation_of(module: nn.Module, layer: str) -> str | nn.Module:
+    """What the layer reads the activation from: GatedMLP a string or module `activation` before `act_fn`."""
+    if layer == GPT2:
+        return module.act
+    act = getattr(module, "activation", None)
+    return act if isinstance(act, str | nn.Module) else module.act_fn
+
+
+def _activation_name(act: str | nn.Module) -> str:
+    return act if isinstance(act, str) else type(act).__name__
+
+
+def _runs_activation(module: nn.Module, layer: str) -> bool:
+    act = _activation_of(module, layer)
+    return act in presets.ACTIVATIONS if isinstance(act, str) else _activation_name(act) in ACTIVATION_CLASSES
 
 
 def mlp_kernel_mapping(
@@ -58,7 +89,8 @@ def mlp_kernel_mapping(
     """Mark `model`'s MLP block classes for `kernels.kernelize` and return the mapping to `repo_id`'s layers.
 
     `device` is the device type the mapping is for (default: that of the model's first parameter). A module
-    that our layers cannot run (e.g. a gated block with biases) is left to its own forward by kernelize.
+    that our layers cannot run (a gated block with biases, an activation the ops lack such as squared ReLU) is
+    left to its own forward by kernelize.
     """
     from kernels import LayerRepository, replace_kernel_forward_from_hub
 
@@ -74,9 +106,14 @@ def mlp_kernel_mapping(
             replace_kernel_forward_from_hub(cls, layer, condition=_fits)
         names[cls.kernel_layer_name] = layer
     if not names:
+        acts = sorted(
+            {_activation_name(_activation_of(m, lay)) for m in model.modules() if (lay := _layer_by_shape(m))}
+        )
         raise ValueError(
             f"{type(model).__name__} has no MLP block our layers run (gated gate_proj/up_proj/down_proj "
-            "without biases, or GPT-2's c_fc/c_proj): nothing to kernelize"
+            "without biases, or GPT-2's c_fc/c_proj, with a relu, gelu, gelu_tanh or silu activation"
+            + (f"; its blocks use {', '.join(acts)}" if acts else "")
+            + "): nothing to kernelize"
         )
     return {
         name: {

@@ -237,6 +237,31 @@ def test_a_block_marked_by_its_library_keeps_its_name(repo):
 def test_a_model_without_our_blocks_is_refused(repo):
     with pytest.raises(ValueError, match="no MLP block our layers run"):
         mlp_kernel_mapping(torch.nn.Sequential(torch.nn.Linear(4, 4)), repo, version=1)
+    relu2 = build("llama", "cpu", torch.float32, hidden_act="relu2")  # squared ReLU: no op of ours runs it
+    with pytest.raises(ValueError, match="its blocks use ReLUSquaredActivation\\): nothing to kernelize"):
+        mlp_kernel_mapping(relu2, repo, version=1)
+
+
+def test_a_block_whose_activation_we_lack_keeps_its_own_forward(repo):
+    # One model, one MLP class: the first block's activation swapped for one the ops lack. kernelize must
+    # leave that block alone (its forward used to raise inside our layer) and still run ours in the other.
+    model = build("llama", "cpu", torch.float32).eval()
+    model.model.layers[0].mlp.act_fn = transformers.activations.ACT2FN["relu2"]
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(ids).logits
+        kernelized(model, repo)
+        ours = {name for name, *_ in replaced_modules(model)}
+        assert ours == {"model.layers.1.mlp"}, ours
+        assert rel_err(model(ids).logits, want) <= TOL[torch.float32]
+
+
+def test_the_mapping_claims_the_activations_our_layers_run():
+    from fused_mlp import layers
+
+    from registry.client.models import ACTIVATION_CLASSES
+
+    assert set(ACTIVATION_CLASSES) == set(layers._ACT_BY_CLASS) | {"GELU"}  # nn.GELU: either approximation
 
 
 # Real widths, bf16, on the device: Llama-3.2-1B's block (H=2048, I=8192) in 4 of its 16 layers (each test
