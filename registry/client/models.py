@@ -109,9 +109,10 @@ def mlp_kernel_mapping(
         acts = sorted(
             {_activation_name(_activation_of(m, lay)) for m in model.modules() if (lay := _layer_by_shape(m))}
         )
+        *most, last = [a for a in presets.ACTIVATIONS if a != "none"]
         raise ValueError(
             f"{type(model).__name__} has no MLP block our layers run (gated gate_proj/up_proj/down_proj "
-            "without biases, or GPT-2's c_fc/c_proj, with a relu, gelu, gelu_tanh or silu activation"
+            f"without biases, or GPT-2's c_fc/c_proj, with a {', '.join(most)} or {last} activation"
             + (f"; its blocks use {', '.join(acts)}" if acts else "")
             + "): nothing to kernelize"
         )
